@@ -1,0 +1,34 @@
+# SPDX-License-Identifier: MIT
+"""ropekit: rotary position embeddings (RoPE) that are correct, fast and understood.
+
+Public API:
+    RopeSpec            frozen description of a RoPE configuration (frequencies, partial rotation, layout, phase map)
+    apply_rope          rotate q and k at explicit per-token positions
+    apply_rope_tables   the same with precomputed cos/sin tables
+    rope_tables         exact cos/sin tables for any positions
+    Rotary              nn.Module for attention layers (float32 cache immune to dtype casts)
+    positions_*         builders of explicit position ids (offsets, padding masks, packed documents)
+    scaling             phase maps (Linear position interpolation; more schemes join here)
+"""
+
+from ropekit import scaling
+from ropekit.module import Rotary
+from ropekit.phases import rope_tables
+from ropekit.positions import positions_from_cu_seqlens, positions_from_mask, positions_with_offset
+from ropekit.rotation.apply import apply_rope, apply_rope_tables
+from ropekit.spec import RopeSpec
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "RopeSpec",
+    "apply_rope",
+    "apply_rope_tables",
+    "rope_tables",
+    "Rotary",
+    "positions_with_offset",
+    "positions_from_mask",
+    "positions_from_cu_seqlens",
+    "scaling",
+    "__version__",
+]

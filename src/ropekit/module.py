@@ -1,0 +1,147 @@
+# SPDX-License-Identifier: MIT
+"""``Rotary``: the nn.Module an attention layer holds (seed 000: ``rotary_emb(position_ids) -> cos, sin``).
+
+It owns a spec and a float32 cos/sin cache for integer positions ``0 .. L-1`` built with exact phases
+(:mod:`ropekit.phases`), and rotates q and k at explicit positions. Design points, each a bug seen elsewhere
+(``shared/reference/pitfalls.md``):
+
+- ``model.to(torch.bfloat16)`` / ``.half()`` cannot degrade it: the ``inv_freq`` buffer is re-derived from the
+  spec in float32 after every ``_apply``, and the cos/sin cache lives outside the buffer list and only follows the
+  device (HF transformers #25681/#29496, rotary-embedding-torch item 51).
+- No state-dict entries: buffers are non-persistent, frequencies always come from the spec.
+- The cache grows (to the next power of two) when positions exceed it, up to ``cache_limit`` rows; positions
+  beyond that, negative or fractional positions, and dynamic phase maps use exact tables computed on the fly --
+  never an identity rotation for out-of-table positions (flash-attn's Triton path, pitfalls item 41).
+- It can be built on the meta device; ``to_empty(device=...)`` then rebuilds everything from the spec.
+
+Shapes: as :func:`ropekit.apply_rope` for the module's ``format``; tables [*P, n], n = rotary_dim // 2.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import nn
+
+from ropekit.phases import check_positions, rope_tables
+from ropekit.rotation.apply import FORMATS, Format, _rotate_pair, _validate
+from ropekit.spec import RopeSpec
+
+__all__ = ["Rotary"]
+
+_INT = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
+
+
+class Rotary(nn.Module):
+    """Rotary position embedding for one attention layer (Su et al. 2021, RoFormer; seed 004).
+
+    Args:
+        spec: the RoPE configuration.
+        max_seq_len: rows of the cos/sin cache built up front (positions 0 .. max_seq_len - 1).
+        format: tensor format of q and k: "bshd", "bhsd" or "thd".
+        cache_limit: the cache never grows beyond this many rows (default 2**18: 128 MiB at head_dim 128);
+            larger positions are computed exactly on the fly.
+        device: where the buffers live (default: the current default device, so ``with torch.device("meta")``
+            works).
+
+    Example:
+        >>> rope = Rotary(RopeSpec(head_dim=64, base=500_000.0))
+        >>> q, k = torch.randn(2, 16, 8, 64), torch.randn(2, 16, 2, 64)
+        >>> q, k = rope(q, k, positions=torch.arange(16))
+    """
+
+    inv_freq: torch.Tensor
+
+    def __init__(
+        self,
+        spec: RopeSpec,
+        *,
+        max_seq_len: int = 4096,
+        format: Format = "bshd",
+        cache_limit: int = 1 << 18,
+        device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__()
+        if not isinstance(spec, RopeSpec):
+            raise TypeError(f"spec must be a ropekit.RopeSpec, got {type(spec).__name__}")
+        for name, val in (("max_seq_len", max_seq_len), ("cache_limit", cache_limit)):
+            if isinstance(val, bool) or not isinstance(val, int) or val < 1:
+                raise ValueError(f"{name} must be a positive int, got {val!r}")
+        if format not in FORMATS:
+            raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
+        self.spec = spec
+        self.format: Format = format
+        self.cache_limit = cache_limit
+        dev = torch.empty(0).device if device is None else torch.device(device)
+        self.register_buffer("inv_freq", spec.inv_freq(device=dev), persistent=False)
+        self._cos: torch.Tensor | None = None
+        self._sin: torch.Tensor | None = None
+        if not spec.dynamic:
+            self._build_cache(min(max_seq_len, cache_limit))
+
+    # ------------------------------------------------------------------ cache
+    @property
+    def cached_len(self) -> int:
+        """Rows currently in the cos/sin cache (positions 0 .. cached_len - 1)."""
+        return 0 if self._cos is None else int(self._cos.shape[0])
+
+    def _build_cache(self, length: int) -> None:
+        pos = torch.arange(length, dtype=torch.int64, device=self.inv_freq.device)
+        self._cos, self._sin = rope_tables(pos, self.spec)
+
+    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> "Rotary":
+        super()._apply(fn, recurse)
+        dev = self.inv_freq.device
+        # Re-derive instead of trusting a cast (e.g. .to(bfloat16) would round theta to 3 significant digits).
+        self.inv_freq = self.spec.inv_freq(device=dev)
+        if self._cos is not None and self._sin is not None and self._cos.device != dev:
+            if self._cos.device.type == "meta" or dev.type == "meta":
+                self._build_cache(self.cached_len)
+            else:
+                self._cos, self._sin = self._cos.to(dev), self._sin.to(dev)
+        return self
+
+    def tables(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """float32 (cos, sin) of shape [*P, n] for ``positions`` [*P], from the cache when possible."""
+        check_positions(positions)
+        dev = self.inv_freq.device
+        positions = positions.to(dev)
+        if (
+            self._cos is not None
+            and self._sin is not None
+            and positions.dtype in _INT
+            and dev.type != "meta"
+            and positions.numel() > 0
+        ):
+            lo, hi = (int(v) for v in torch.aminmax(positions))  # one host sync
+            if lo >= 0 and hi < self.cache_limit:
+                if hi >= self.cached_len:
+                    self._build_cache(min(self.cache_limit, 1 << hi.bit_length()))
+                idx = positions.to(torch.int64)
+                return self._cos[idx], self._sin[idx]
+        return rope_tables(positions, self.spec, device=dev)
+
+    # ------------------------------------------------------------------ forward
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor | None = None, *, positions: torch.Tensor, inplace: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Rotate q (and k) at ``positions``; see :func:`ropekit.apply_rope` for shapes and dtypes.
+
+        Returns:
+            (q_rot, k_rot), k_rot None when k is None.
+        """
+        _validate(q, k, positions, self.spec, self.format, inplace, "auto")
+        pos = positions
+        if self.format != "thd" and pos.dim() == 2 and pos.shape[0] == 1:
+            pos = pos.reshape(-1)
+        cos, sin = self.tables(pos)
+        cos, sin = cos.to(q.device), sin.to(q.device)
+        return _rotate_pair(q, k, cos, sin, self.spec, self.format, inplace, "auto")
+
+    def extra_repr(self) -> str:
+        s = self.spec
+        return (
+            f"head_dim={s.head_dim}, rotary_dim={s.rotary_dim}, base={s.base:g}, layout={s.layout!r}, "
+            f"format={self.format!r}, cached_len={self.cached_len}"
+        )

@@ -1,0 +1,100 @@
+# SPDX-License-Identifier: MIT
+"""Builders of explicit global position ids (int64), the only way positions enter ropekit.
+
+- :func:`positions_with_offset`: ``offset + arange(seq_len)``; an offset per row for batched KV-cache decoding
+  (each sequence at its own cache length).
+- :func:`positions_from_mask`: from a [b, s] attention mask with left or right padding: the i-th real token of a
+  row gets position i (``cumsum(mask) - 1``), padding gets ``pad_position`` -- never a shared ``cache_position``
+  (pitfalls item 40).
+- :func:`positions_from_cu_seqlens`: packed documents, positions restart at 0 per document (pitfalls item 38).
+
+Shapes: b batch, s sequence, t packed tokens, n documents.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["positions_with_offset", "positions_from_mask", "positions_from_cu_seqlens"]
+
+_INT = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
+
+
+def positions_with_offset(
+    seq_len: int, offset: int | torch.Tensor = 0, *, device: torch.device | str | None = None
+) -> torch.Tensor:
+    """Positions ``offset, offset + 1, ..., offset + seq_len - 1``.
+
+    Args:
+        seq_len: number of new tokens (>= 0).
+        offset: an int (e.g. the KV-cache length), or an integer tensor [b] of per-sequence offsets.
+        device: device of the result (default: the offset tensor's, else the default device).
+
+    Returns:
+        int64 [s] for an int offset, [b, s] for a tensor offset.
+    """
+    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 0:
+        raise ValueError(f"seq_len must be a non-negative int, got {seq_len!r}")
+    if isinstance(offset, torch.Tensor):
+        if offset.dtype not in _INT or offset.dim() != 1:
+            raise ValueError(f"offset tensor must be a 1-D integer tensor of per-row offsets, got {offset.dtype} of shape {tuple(offset.shape)}")
+        dev = device if device is not None else offset.device
+        return offset.to(dev, torch.int64).unsqueeze(1) + torch.arange(seq_len, dtype=torch.int64, device=dev)
+    if isinstance(offset, bool) or not isinstance(offset, int):
+        raise ValueError(f"offset must be an int or a 1-D integer tensor, got {offset!r}")
+    return torch.arange(offset, offset + seq_len, dtype=torch.int64, device=device)
+
+
+def positions_from_mask(attention_mask: torch.Tensor, *, pad_position: int = 0) -> torch.Tensor:
+    """Per-row positions from a padding mask (1 = real token, 0 = padding), left or right padded.
+
+    For KV-cache decoding pass the mask of cache + new tokens and keep the last ``s_new`` columns.
+
+    Args:
+        attention_mask: [b, s] bool or integer tensor of 0/1.
+        pad_position: position given to padding tokens (they are masked out of attention anyway).
+
+    Returns:
+        int64 [b, s].
+
+    Example:
+        >>> positions_from_mask(torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1]])).tolist()
+        [[0, 0, 0, 1], [0, 1, 2, 3]]
+    """
+    m = attention_mask
+    if not isinstance(m, torch.Tensor) or m.dim() != 2:
+        shape = tuple(m.shape) if isinstance(m, torch.Tensor) else type(m).__name__
+        raise ValueError(f"attention_mask must be a [batch, seq] tensor, got {shape}")
+    if m.dtype != torch.bool:
+        if m.dtype not in _INT:
+            raise ValueError(f"attention_mask must be bool or integer 0/1, got {m.dtype}")
+        if m.numel() and not bool(((m == 0) | (m == 1)).all()):
+            raise ValueError(f"attention_mask must contain only 0 and 1, found {sorted(set(m.unique().tolist()))}")
+    real = m.to(torch.bool)
+    pos = real.to(torch.int64).cumsum(-1) - 1
+    return pos.masked_fill(~real, int(pad_position))
+
+
+def positions_from_cu_seqlens(cu_seqlens: torch.Tensor) -> torch.Tensor:
+    """Positions of packed documents, restarting at 0 for each document.
+
+    Args:
+        cu_seqlens: [n + 1] integer cumulative lengths, starting at 0 and non-decreasing
+            (flash-attn's varlen convention), e.g. [0, 3, 5] for documents of lengths 3 and 2.
+
+    Returns:
+        int64 [t] with t = cu_seqlens[-1], e.g. [0, 1, 2, 0, 1].
+    """
+    cu = cu_seqlens
+    if not isinstance(cu, torch.Tensor) or cu.dim() != 1 or cu.numel() < 1 or cu.dtype not in _INT:
+        desc = f"{cu.dtype} of shape {tuple(cu.shape)}" if isinstance(cu, torch.Tensor) else type(cu).__name__
+        raise ValueError(f"cu_seqlens must be a 1-D integer tensor [0, l0, l0 + l1, ...], got {desc}")
+    cu = cu.to(torch.int64)
+    if int(cu[0]) != 0:
+        raise ValueError(f"cu_seqlens must start at 0, got {cu.tolist()[:8]}")
+    if cu.numel() > 1 and bool((cu[1:] < cu[:-1]).any()):
+        raise ValueError(f"cu_seqlens must be non-decreasing, got {cu.tolist()[:16]}")
+    total = int(cu[-1])
+    tok = torch.arange(total, dtype=torch.int64, device=cu.device)
+    doc = torch.searchsorted(cu[1:], tok, right=True)  # document index of each token
+    return tok - cu[doc]

@@ -1,0 +1,240 @@
+# SPDX-License-Identifier: MIT
+"""``apply_rope``: rotate q and k at explicit per-token positions (seed 004 section 2.4, seed 000).
+
+RoPE is applied inside every attention layer, to q and k only (never v), after the projections and before the
+scores. Positions are explicit global ids per token, so KV-cache decoding (positions start at the cache length),
+left padding, packed documents (positions restart per document, :mod:`ropekit.positions`), context-parallel shards
+and continuous timestamps are all the same call.
+
+Shapes (``format``):
+    "bshd": [b, s, h, d]  (flash-attn style)     positions [s] or [b, s]
+    "bhsd": [b, h, s, d]  (HF transformers)      positions [s] or [b, s]
+    "thd":  [t, h, d]     (packed tokens)        positions [t]
+q and k may have different head counts h (GQA/MQA); everything else must agree.
+
+Every argument is validated before anything is computed or written: a refused in-place call leaves q and k
+untouched.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Literal
+
+import torch
+
+from ropekit.phases import check_positions, rope_tables
+from ropekit.rotation import torch_backend
+from ropekit.spec import RopeSpec
+
+__all__ = ["apply_rope", "apply_rope_tables", "Format", "FORMATS", "BACKENDS"]
+
+Format = Literal["bshd", "bhsd", "thd"]
+FORMATS: tuple[str, ...] = ("bshd", "bhsd", "thd")
+_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+_Backend = Callable[..., torch.Tensor]
+#: name -> rotate(x, cos, sin, *, rotary_dim, layout, inplace); "auto" picks per device.
+BACKENDS: dict[str, _Backend] = {"torch": torch_backend.rotate}
+
+
+def _layout_str(fmt: str) -> str:
+    return {"bshd": "(batch, seq, heads, head_dim)", "bhsd": "(batch, heads, seq, head_dim)", "thd": "(tokens, heads, head_dim)"}[fmt]
+
+
+def _check_qk(name: str, x: object, spec: RopeSpec, fmt: str) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    want = 3 if fmt == "thd" else 4
+    if x.dim() != want or x.shape[-1] != spec.head_dim:
+        raise ValueError(
+            f"{name} must have shape {_layout_str(fmt)} with head_dim={spec.head_dim} for format={fmt!r}, "
+            f"got shape {tuple(x.shape)}"
+        )
+    if x.dtype not in _DTYPES:
+        raise ValueError(f"{name} must be float32, float64, bfloat16 or float16, got {x.dtype}")
+    return x
+
+
+def _batch_seq(x: torch.Tensor, fmt: str) -> tuple[int, int]:
+    if fmt == "bshd":
+        return x.shape[0], x.shape[1]
+    if fmt == "bhsd":
+        return x.shape[0], x.shape[2]
+    return 1, x.shape[0]
+
+
+def _byte_range(x: torch.Tensor) -> tuple[int, int]:
+    hi = x.storage_offset() + sum((sz - 1) * st for sz, st in zip(x.shape, x.stride()) if sz > 1)
+    return x.storage_offset() * x.element_size(), (hi + 1) * x.element_size()
+
+
+def _blocks(x: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Byte start of every innermost contiguous run of x, and the run length in bytes."""
+    shape, strides = list(x.shape), list(x.stride())
+    run = 1
+    if shape and strides[-1] == 1:
+        run = shape.pop()
+        strides.pop()
+    starts = torch.tensor([x.storage_offset()], dtype=torch.int64)
+    for size, stride in zip(shape, strides):
+        starts = (starts.unsqueeze(-1) + torch.arange(size, dtype=torch.int64) * stride).flatten()
+    return starts * x.element_size(), run * x.element_size()
+
+
+def _share_elements(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Exact test whether two views of one storage share any byte (q, k of a fused qkv buffer do not)."""
+    if a.device.type == "meta" or a.numel() == 0 or b.numel() == 0:
+        return False
+    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+        return False
+    (al, ah), (bl, bh) = _byte_range(a), _byte_range(b)
+    if not (al < bh and bl < ah):
+        return False
+    a_starts, a_len = _blocks(a)
+    b_starts, b_len = _blocks(b)
+    a_sorted = torch.sort(a_starts).values  # a's runs are disjoint (internal overlap is refused earlier)
+    i = torch.searchsorted(a_sorted, b_starts + b_len, side="left") - 1  # last run of a starting before b's end
+    ok = i >= 0
+    return bool((ok & (a_sorted[i.clamp(min=0)] + a_len > b_starts)).any())
+
+
+def _check_inplace_target(name: str, x: torch.Tensor) -> None:
+    if any(st == 0 and sz > 1 for sz, st in zip(x.shape, x.stride())):
+        raise ValueError(f"inplace=True but {name} has overlapping memory (an expanded view, strides {x.stride()})")
+    if torch.is_grad_enabled() and x.requires_grad and x.is_leaf:
+        raise ValueError(f"inplace=True but {name} is a leaf tensor that requires grad; use inplace=False")
+
+
+def _validate(q, k, positions, spec, fmt, inplace, backend) -> None:  # noqa: ANN001
+    if backend != "auto" and backend not in BACKENDS:
+        raise ValueError(f"backend must be 'auto' or one of {sorted(BACKENDS)}, got {backend!r}")
+    if not isinstance(spec, RopeSpec):
+        raise TypeError(f"spec must be a ropekit.RopeSpec, got {type(spec).__name__}")
+    if fmt not in FORMATS:
+        raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
+    if not isinstance(inplace, bool):
+        raise TypeError(f"inplace must be a bool, got {inplace!r}")
+    _check_qk("q", q, spec, fmt)
+    b, s = _batch_seq(q, fmt)
+    if k is not None:
+        _check_qk("k", k, spec, fmt)
+        kb, ks = _batch_seq(k, fmt)
+        if (kb, ks) != (b, s) or k.device != q.device:
+            raise ValueError(
+                f"k must match q in batch and sequence length and device: q has (batch={b}, seq={s}) on {q.device}, "
+                f"k has (batch={kb}, seq={ks}) on {k.device}"
+            )
+    if positions is not None:
+        check_positions(positions)
+        ok = positions.shape in ((s,), (1, s), (b, s)) if fmt != "thd" else positions.shape == (s,)
+        if not ok:
+            want = f"({s},)" if fmt == "thd" else f"({s},) or ({b}, {s})"
+            raise ValueError(f"positions must have shape {want} for q of shape {tuple(q.shape)}, got {tuple(positions.shape)}")
+    if inplace:
+        _check_inplace_target("q", q)
+        if k is not None:
+            _check_inplace_target("k", k)
+            if _share_elements(q, k):
+                raise ValueError("inplace=True but q and k share memory; they would be rotated twice")
+
+
+def _broadcast_table(t: torch.Tensor, fmt: str) -> torch.Tensor:
+    """[s, n] or [b, s, n] -> a shape that broadcasts against x[..., :n]."""
+    if fmt == "thd":
+        return t.unsqueeze(-2)  # [t, 1, n]
+    if t.dim() == 2:
+        t = t.unsqueeze(0)  # [1, s, n]
+    return t.unsqueeze(2) if fmt == "bshd" else t.unsqueeze(1)  # [b, s, 1, n] or [b, 1, s, n]
+
+
+def _pick_backend(backend: str, device: torch.device) -> _Backend:
+    if backend == "auto":
+        return BACKENDS["torch"]
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be 'auto' or one of {sorted(BACKENDS)}, got {backend!r}")
+    return BACKENDS[backend]
+
+
+def _rotate_pair(q, k, cos, sin, spec, fmt, inplace, backend):  # noqa: ANN001, ANN202
+    fn = _pick_backend(backend, q.device)
+    r, layout = int(spec.rotary_dim), spec.layout
+    outs = []
+    for x in (q, k):
+        if x is None:
+            outs.append(None)
+            continue
+        tdt = torch.float64 if x.dtype == torch.float64 else torch.float32
+        c, s = _broadcast_table(cos.to(tdt), fmt), _broadcast_table(sin.to(tdt), fmt)
+        outs.append(fn(x, c, s, rotary_dim=r, layout=layout, inplace=inplace))
+    return outs[0], outs[1]
+
+
+def apply_rope(
+    q: torch.Tensor,
+    k: torch.Tensor | None,
+    positions: torch.Tensor,
+    spec: RopeSpec,
+    *,
+    format: Format = "bshd",
+    inplace: bool = False,
+    backend: str = "auto",
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Rotate q and k by RoPE at the given per-token positions.
+
+    Phases are exact at any position (float64 angle reduced mod 2*pi, see :mod:`ropekit.phases`); the rotation is
+    computed in float32 (float64 for float64 inputs) and returned in each input's dtype.
+
+    Args:
+        q: queries, [b, s, h_q, d] / [b, h_q, s, d] / [t, h_q, d] per ``format``; float32/64, bfloat16, float16.
+        k: keys with the same batch and sequence as q (any head count), or None to rotate q alone.
+        positions: integer or float32/float64 positions, [s] (shared by the batch) or [b, s] ([t] for "thd").
+            Moved to q's device if needed.
+        spec: the RoPE configuration.
+        format: "bshd", "bhsd" or "thd".
+        inplace: write the result into q's and k's storage (channels past rotary_dim are not touched).
+        backend: "auto" or a name in :data:`BACKENDS`.
+
+    Returns:
+        (q_rot, k_rot); k_rot is None when k is None. With ``inplace=True`` these are q and k themselves.
+
+    Raises:
+        TypeError, ValueError: naming the argument, before any tensor is modified.
+
+    Autograd: the backward of the rotation is the rotation by the negative angle.
+    """
+    _validate(q, k, positions, spec, format, inplace, backend)
+    need64 = q.dtype == torch.float64 or (k is not None and k.dtype == torch.float64)
+    pos = positions.reshape(-1) if (format != "thd" and positions.dim() == 2 and positions.shape[0] == 1) else positions
+    cos, sin = rope_tables(pos, spec, dtype=torch.float64 if need64 else torch.float32, device=q.device)
+    return _rotate_pair(q, k, cos, sin, spec, format, inplace, backend)
+
+
+def apply_rope_tables(
+    q: torch.Tensor,
+    k: torch.Tensor | None,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    spec: RopeSpec,
+    *,
+    format: Format = "bshd",
+    inplace: bool = False,
+    backend: str = "auto",
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Like :func:`apply_rope`, with precomputed tables from :func:`ropekit.rope_tables` (or :class:`Rotary`).
+
+    Args:
+        cos, sin: float32 or float64 tables of shape [s, n] or [b, s, n] ([t, n] for "thd"), n = rotary_dim // 2.
+    """
+    _validate(q, k, None, spec, format, inplace, backend)
+    b, s = _batch_seq(q, format)
+    n = spec.n_bands
+    for name, t in (("cos", cos), ("sin", sin)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        shapes = [(s, n)] if format == "thd" else [(s, n), (1, s, n), (b, s, n)]
+        if tuple(t.shape) not in shapes:
+            raise ValueError(f"{name} must have shape {' or '.join(map(str, shapes))}, got {tuple(t.shape)}")
+        if t.dtype not in (torch.float32, torch.float64):
+            raise ValueError(f"{name} must be float32 or float64 (tables are never low precision), got {t.dtype}")
+        if t.device != q.device:
+            raise ValueError(f"{name} is on {t.device} but q is on {q.device}")
+    return _rotate_pair(q, k, cos, sin, spec, format, inplace, backend)

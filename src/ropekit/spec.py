@@ -1,0 +1,217 @@
+# SPDX-License-Identifier: MIT
+"""RopeSpec: the single place RoPE frequencies come from.
+
+RoPE (Su et al. 2021, "RoFormer", arXiv 2104.09864; seed 004) rotates band i of a head -- a pair of channels --
+by the phase phi_i(p) = g(p) * theta_i. A spec fixes everything that decides those phases and how channels pair:
+
+- the frequency table theta_i: ``base ** (-2i / rotary_dim)`` (seed 004 section 11.1), or an explicit ``freqs``
+  table, optionally thinned by p-RoPE (Barbero et al. 2025, "Round and Round We Go!", arXiv 2410.06205, seed 001):
+  keep the highest fraction ``p`` of the frequencies, set the others to zero (those channels carry no position);
+- partial rotation: only the first ``rotary_dim`` channels of a head rotate, the rest pass through unchanged
+  (GPT-NeoX, Phi);
+- the phase map g (``scaling``; see :mod:`ropekit.scaling`), None meaning g(p) = p;
+- the channel layout: ``"half"`` pairs channel i with i + rotary_dim/2 (HF ``rotate_half``, GPT-NeoX, Llama in
+  HF format); ``"interleaved"`` pairs 2i with 2i + 1 (GPT-J, Meta's original Llama, the seed's matrices).
+
+Shapes: r = rotary_dim, n = r // 2 bands.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+
+from ropekit.scaling import Scaling
+
+__all__ = ["RopeSpec", "Layout", "LAYOUTS"]
+
+Layout = Literal["half", "interleaved"]
+LAYOUTS: tuple[str, ...] = ("half", "interleaved")
+_DEFAULT_BASE = 10_000.0
+
+
+def _is_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_real(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+@dataclass(frozen=True)
+class RopeSpec:
+    """Frozen, hashable description of a RoPE configuration.
+
+    Args:
+        head_dim: channels per attention head (positive, even).
+        base: frequency base B in theta_i = B^(-2i / rotary_dim); finite and > 1. Llama 2 uses 1e4, Llama 3 5e5.
+        rotary_dim: leading channels that rotate (even, 2 <= rotary_dim <= head_dim); None means head_dim.
+            After construction the field holds the resolved value.
+        layout: "half" (i pairs with i + rotary_dim/2) or "interleaved" (2i pairs with 2i + 1).
+        freqs: explicit frequency table theta_0..theta_{n-1} (finite, >= 0), replacing the base formula. ``base``
+            must then be left at its default.
+        p: p-RoPE fraction in (0, 1]: the floor(p * n) highest frequencies are kept, the others set to 0.
+        scaling: phase map (e.g. ``ropekit.scaling.Linear(8)``); None is plain RoPE.
+
+    Raises:
+        ValueError: naming the field, for any invalid value.
+
+    Example:
+        >>> spec = RopeSpec(head_dim=8)
+        >>> spec.inv_freq(dtype=torch.float64).tolist()
+        [1.0, 0.1, 0.01, 0.001]
+    """
+
+    head_dim: int
+    base: float = _DEFAULT_BASE
+    rotary_dim: int | None = None
+    layout: Layout = "half"
+    freqs: tuple[float, ...] | None = None
+    p: float = 1.0
+    scaling: Scaling | None = field(default=None)
+
+    def __post_init__(self) -> None:
+        hd = self.head_dim
+        if not _is_int(hd) or hd <= 0 or hd % 2:
+            raise ValueError(f"RopeSpec.head_dim must be a positive even integer, got {hd!r}")
+        rd = hd if self.rotary_dim is None else self.rotary_dim
+        if not _is_int(rd) or rd <= 0 or rd % 2 or rd > hd:
+            raise ValueError(
+                f"RopeSpec.rotary_dim must be an even integer in [2, head_dim={hd}] (or None), "
+                f"got {self.rotary_dim!r}"
+            )
+        object.__setattr__(self, "rotary_dim", rd)
+        b = self.base
+        if not _is_real(b) or not math.isfinite(b) or b <= 1.0:
+            raise ValueError(f"RopeSpec.base must be a finite number > 1, got {b!r}")
+        object.__setattr__(self, "base", float(b))
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"RopeSpec.layout must be one of {LAYOUTS}, got {self.layout!r}")
+        if self.freqs is not None:
+            try:
+                table = tuple(float(f) for f in self.freqs)  # type: ignore[union-attr]
+            except (TypeError, ValueError):
+                raise ValueError(f"RopeSpec.freqs must be a sequence of numbers, got {self.freqs!r}") from None
+            if len(table) != rd // 2:
+                raise ValueError(
+                    f"RopeSpec.freqs must have rotary_dim/2 = {rd // 2} entries, got {len(table)}: {table!r}"
+                )
+            bad = [f for f in table if not math.isfinite(f) or f < 0.0]
+            if bad:
+                raise ValueError(f"RopeSpec.freqs entries must be finite and >= 0, got {bad[0]!r} in {table!r}")
+            if self.base != _DEFAULT_BASE:
+                raise ValueError(
+                    f"RopeSpec.base={self.base!r} has no effect when freqs is given; leave base at its default"
+                )
+            object.__setattr__(self, "freqs", table)
+        pp = self.p
+        if not _is_real(pp) or not math.isfinite(pp) or not 0.0 < pp <= 1.0:
+            raise ValueError(f"RopeSpec.p must be a number in (0, 1], got {pp!r}")
+        object.__setattr__(self, "p", float(pp))
+        if _kept_bands(float(pp), rd // 2) == 0:
+            raise ValueError(
+                f"RopeSpec.p={pp!r} keeps floor(p * {rd // 2}) = 0 of the {rd // 2} bands; use p >= {1 / (rd // 2):.6g}"
+            )
+        if self.scaling is not None and not isinstance(self.scaling, Scaling):
+            raise ValueError(
+                f"RopeSpec.scaling must be a ropekit.scaling.Scaling (e.g. Linear(factor)) or None, "
+                f"got {self.scaling!r}"
+            )
+
+    # ---------------------------------------------------------------- derived sizes
+    @property
+    def n_bands(self) -> int:
+        """Number of rotating 2-D bands, rotary_dim // 2 (p-RoPE's zero bands included)."""
+        return int(self.rotary_dim) // 2  # type: ignore[arg-type]
+
+    @property
+    def n_positional_bands(self) -> int:
+        """Bands whose frequency is not zeroed by p-RoPE."""
+        return _kept_bands(self.p, self.n_bands)
+
+    @property
+    def dynamic(self) -> bool:
+        """True when the frequencies depend on the sequence length (dynamic scaling schemes)."""
+        return bool(self.scaling is not None and self.scaling.dynamic)
+
+    @property
+    def attention_factor(self) -> float:
+        """Factor multiplying cos and sin (so logits scale by its square, as in HF transformers); 1.0 unscaled."""
+        return 1.0 if self.scaling is None else float(self.scaling.attention_factor)
+
+    # ---------------------------------------------------------------- frequencies
+    def frequencies(self, seq_len: int | None = None, *, device: torch.device | str | None = None) -> torch.Tensor:
+        """Effective frequencies theta_i after p-RoPE and the phase map, in float64.
+
+        Phases are formed from these (never from a float32 copy), which is what keeps ropekit's phases exact.
+
+        Args:
+            seq_len: current sequence length; only dynamic phase maps use it.
+            device: where to put the result (computed on the CPU).
+
+        Returns:
+            [n] float64 tensor.
+        """
+        out = _frequencies_cpu(self, seq_len).clone()
+        return out if device is None else out.to(device)
+
+    def inv_freq(
+        self,
+        seq_len: int | None = None,
+        *,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+    ) -> torch.Tensor:
+        """The theta table ("inverse frequencies" in HF's naming), rounded once from float64 to ``dtype``.
+
+        Args:
+            seq_len: current sequence length; only dynamic phase maps use it.
+            dtype: float32 (default, what HF stores) or float64. Low-precision dtypes are refused: a bf16 table
+                has a relative error of 4e-3, which wrecks phases beyond a few thousand positions.
+            device: target device.
+
+        Returns:
+            [n] tensor of ``dtype``.
+        """
+        if dtype not in (torch.float32, torch.float64):
+            raise ValueError(f"inv_freq dtype must be torch.float32 or torch.float64, got {dtype}")
+        out = _frequencies_cpu(self, seq_len).to(dtype=dtype, copy=True)  # callers must not mutate the cache
+        return out if device is None else out.to(device)
+
+    def pairs(self) -> tuple[list[int], list[int]]:
+        """Channel indices (x, y) of each band: band i rotates (x_i, y_i) -> (x cos - y sin, y cos + x sin)."""
+        n = self.n_bands
+        if self.layout == "half":
+            return list(range(n)), list(range(n, 2 * n))
+        return list(range(0, 2 * n, 2)), list(range(1, 2 * n, 2))
+
+
+def _kept_bands(p: float, n: int) -> int:
+    # floor(p * n) with a guard against representation error (0.29 * 100 = 28.999999999999996).
+    return min(n, int(math.floor(p * n + 1e-9)))
+
+
+@functools.lru_cache(maxsize=256)  # explicit device="cpu": a `with torch.device("meta")` block must not leak in
+def _frequencies_cpu(spec: RopeSpec, seq_len: int | None) -> torch.Tensor:
+    n = spec.n_bands
+    if spec.freqs is not None:
+        theta = torch.tensor(spec.freqs, dtype=torch.float64, device="cpu")
+    else:
+        # int64 arange, then float64: immune to float-arange patching (DeepSpeed zero.Init, HF #28685).
+        exponent = torch.arange(0, 2 * n, 2, dtype=torch.int64, device="cpu").to(torch.float64) / float(spec.rotary_dim)  # type: ignore[arg-type]
+        theta = torch.tensor(spec.base, dtype=torch.float64, device="cpu").pow(-exponent)
+    keep = _kept_bands(spec.p, n)
+    if keep < n:
+        # p-RoPE: zero the (n - keep) lowest frequencies (stable order: ties keep the earlier band).
+        order = torch.argsort(-theta, stable=True)
+        theta = theta.clone()
+        theta[order[keep:]] = 0.0
+    if spec.scaling is not None:
+        theta = spec.scaling.frequencies(
+            theta, head_dim=spec.head_dim, rotary_dim=int(spec.rotary_dim), seq_len=seq_len  # type: ignore[arg-type]
+        ).to(torch.float64)
+    return theta

@@ -1,0 +1,70 @@
+"""The command line: ropekit inspect / precision, as console script, module and function."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+
+import pytest
+
+from ropekit.cli.main import main
+
+
+def _run(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        rc = main(argv)
+    return rc, out.getvalue(), err.getvalue()
+
+
+def test_inspect_default_json() -> None:
+    rc, out, _ = _run(["inspect", "--json"])
+    assert rc == 0
+    rep = json.loads(out)
+    assert rep["spec"] == {"head_dim": 128, "rotary_dim": 128, "base": 500000.0, "layout": "half", "p": 1.0, "positional_bands": 64}
+    assert rep["context"] == 131072 and len(rep["bands"]) == 64
+    b0 = rep["bands"][0]
+    assert b0["theta"] == 1.0 and b0["wraps"] is True and b0["rotations"] == pytest.approx(131072 / (2 * 3.141592653589793))
+    sm = rep["summary"]
+    assert sm["critical_dim"] == 2 * sm["wrapping_bands"] == 98
+    assert sm["phase_error_ropekit"] < 6e-8 < 1e-3 < sm["phase_error_common_fp32"]
+    assert sm["base_lower_bound"] > 500000 and sm["base_meets_bound"] is False
+
+
+def test_inspect_table_is_readable() -> None:
+    rc, out, _ = _run(["inspect", "--head-dim", "8", "--base", "10000", "--context", "4096"])
+    assert rc == 0
+    lines = out.splitlines()
+    assert lines[0].startswith("RoPE head_dim=8 rotary_dim=8 base=10000")
+    assert any(line.split()[:5] == ["3", "1.0000e-03", "6283", "0.6519", "no"] for line in lines)
+    assert "critical dimension (Liu et al. 2024)" in out and "d_extra = 6 of 8" in out
+    assert "common float32 recipe" in out
+
+
+def test_bad_arguments_exit_2_with_the_field() -> None:
+    rc, _, err = _run(["inspect", "--head-dim", "7"])
+    assert rc == 2 and "head_dim" in err and "7" in err
+    rc, _, err = _run(["inspect", "--context", "0"])
+    assert rc == 2 and "context" in err
+
+
+def test_precision_markdown() -> None:
+    rc, out, _ = _run(["precision", "--markdown", "--positions", "1e3,1e6"])
+    assert rc == 0
+    rows = out.strip().splitlines()
+    assert rows[0].startswith("| position |") and rows[2].startswith("| 1,000 |") and rows[3].startswith("| 1,000,000 |")
+
+
+def test_module_and_console_script() -> None:
+    r = subprocess.run([sys.executable, "-m", "ropekit", "inspect", "--head-dim", "8", "--context", "64", "--json"], capture_output=True, text=True, check=True)
+    assert json.loads(r.stdout)["context"] == 64
+    script = Path(sys.executable).with_name("ropekit")
+    if not script.exists():
+        pytest.skip("console script not installed in this environment")
+    r = subprocess.run([str(script)], capture_output=True, text=True, check=True, env={**os.environ})
+    assert "inspect" in r.stdout and "precision" in r.stdout

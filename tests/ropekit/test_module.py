@@ -1,0 +1,116 @@
+"""Rotary: matches apply_rope, survives dtype casts, grows its cache, works on the meta device."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from ropekit import RopeSpec, Rotary, apply_rope, rope_tables
+from tests.oracles import reference_rope
+
+SPEC = RopeSpec(head_dim=32, rotary_dim=24, base=500_000.0)
+
+
+def test_forward_matches_apply_rope_and_reference() -> None:
+    rope = Rotary(SPEC, max_seq_len=64)
+    q, k = torch.randn(2, 10, 4, 32), torch.randn(2, 10, 2, 32)
+    pos = torch.tensor([[0, 1, 2, 3, 4, 5, 6, 7, 8, 9], [50, 51, 52, 53, 54, 55, 56, 57, 58, 59]])
+    got = rope(q, k, positions=pos)
+    want = apply_rope(q, k, pos, SPEC)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    torch.testing.assert_close(got[0].double(), reference_rope(q, pos, SPEC), rtol=0, atol=1e-5)
+
+
+CASTS = [
+    (lambda m: m.to(torch.bfloat16), torch.bfloat16),
+    (lambda m: m.half(), torch.float16),
+    (lambda m: m.double(), torch.float64),
+    (lambda m: m.to(dtype=torch.float16), torch.float16),
+]
+
+
+@pytest.mark.parametrize("cast,target", CASTS)
+def test_frequency_buffer_and_cache_survive_dtype_casts(cast, target) -> None:  # noqa: ANN001
+    """pitfalls items 1, 5, 51: model.to(bf16) must not round the frequencies or the tables."""
+    model = nn.Sequential(nn.Linear(4, 4), Rotary(SPEC, max_seq_len=128))
+    q = torch.randn(1, 100, 2, 32)
+    before = model[1](q, positions=torch.arange(100) + 60)[0]
+    cast(model)
+    rope = model[1]
+    assert rope.inv_freq.dtype == torch.float32
+    assert torch.equal(rope.inv_freq, SPEC.inv_freq())
+    assert torch.equal(rope(q, positions=torch.arange(100) + 60)[0], before)
+    assert model[0].weight.dtype == target  # the cast really happened to the rest of the model
+
+
+def test_no_state_dict_entries() -> None:
+    assert Rotary(SPEC).state_dict() == {}
+
+
+def test_cache_grows_to_power_of_two_and_stays_exact() -> None:
+    rope = Rotary(SPEC, max_seq_len=16)
+    assert rope.cached_len == 16
+    pos = torch.tensor([3, 700, 40])
+    cos, sin = rope.tables(pos)
+    assert rope.cached_len == 1024
+    ref = rope_tables(pos, SPEC)
+    assert torch.equal(cos, ref[0]) and torch.equal(sin, ref[1])
+
+
+def test_positions_beyond_cache_limit_negative_or_fractional_are_exact() -> None:
+    rope = Rotary(SPEC, max_seq_len=16, cache_limit=32)
+    for pos in (torch.tensor([5, 10_000_000]), torch.tensor([-4, 2]), torch.tensor([0.5, 3.25], dtype=torch.float64)):
+        cos, sin = rope.tables(pos)
+        ref = rope_tables(pos, SPEC)
+        assert torch.equal(cos, ref[0]) and torch.equal(sin, ref[1])
+    assert rope.cached_len == 16  # never grown past the limit
+    q = torch.randn(1, 2, 2, 32)
+    out, _ = rope(q, positions=torch.tensor([10_000_000, 16_777_215]))
+    torch.testing.assert_close(out.double(), reference_rope(q, torch.tensor([10_000_000, 16_777_215]), SPEC), rtol=0, atol=1e-6)
+
+
+def test_meta_device_construction_then_materialize() -> None:
+    with torch.device("meta"):
+        rope = Rotary(SPEC, max_seq_len=64)
+    assert rope.inv_freq.is_meta
+    q = torch.empty(2, 8, 4, 32, device="meta")
+    out, _ = rope(q, positions=torch.arange(8, device="meta"))
+    assert out.is_meta and out.shape == q.shape
+    rope.to_empty(device="cpu")
+    assert torch.equal(rope.inv_freq, SPEC.inv_freq()) and rope.cached_len == 64
+    x = torch.randn(2, 8, 4, 32)
+    assert torch.equal(rope(x, positions=torch.arange(8))[0], Rotary(SPEC)(x, positions=torch.arange(8))[0])
+
+
+def test_module_formats_inplace_and_deepcopy() -> None:
+    rope = Rotary(SPEC, format="bhsd")
+    q = torch.randn(2, 4, 6, 32)
+    ref = apply_rope(q, None, torch.arange(6), SPEC, format="bhsd")[0]
+    out, _ = rope(q, positions=torch.arange(6), inplace=True)
+    assert out is q and torch.equal(q, ref)
+    twin = copy.deepcopy(rope)
+    assert twin.cached_len == rope.cached_len and torch.equal(twin.inv_freq, rope.inv_freq)
+    assert "rotary_dim=24" in repr(rope)
+
+
+def test_constructor_validation() -> None:
+    with pytest.raises(TypeError, match="spec"):
+        Rotary({"head_dim": 8})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="max_seq_len"):
+        Rotary(SPEC, max_seq_len=0)
+    with pytest.raises(ValueError, match="format"):
+        Rotary(SPEC, format="sbhd")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="positions must have an integer"):
+        Rotary(SPEC)(torch.randn(1, 2, 1, 32), positions=torch.arange(2).bfloat16())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cache_follows_the_device() -> None:
+    rope = Rotary(SPEC).cuda().to(torch.bfloat16)
+    q = torch.randn(1, 8, 2, 32, device="cuda")
+    out, _ = rope(q, positions=torch.arange(8, device="cuda"))
+    assert out.device.type == "cuda" and rope.inv_freq.dtype == torch.float32
+    torch.testing.assert_close(out.cpu().double(), reference_rope(q.cpu(), torch.arange(8), SPEC), rtol=0, atol=1e-5)

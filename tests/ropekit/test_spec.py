@@ -1,0 +1,116 @@
+"""RopeSpec: validation naming the field, frequencies against formulas, p-RoPE, custom tables, hashing."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import torch
+
+from ropekit import RopeSpec
+from ropekit.scaling import Linear
+
+INVALID = [
+    (dict(head_dim=7), "head_dim", "7"),
+    (dict(head_dim=0), "head_dim", "0"),
+    (dict(head_dim=-8), "head_dim", "-8"),
+    (dict(head_dim=8.0), "head_dim", "8.0"),
+    (dict(head_dim=True), "head_dim", "True"),
+    (dict(head_dim=8, rotary_dim=3), "rotary_dim", "3"),
+    (dict(head_dim=8, rotary_dim=0), "rotary_dim", "0"),
+    (dict(head_dim=8, rotary_dim=10), "rotary_dim", "10"),
+    (dict(head_dim=8, rotary_dim=-2), "rotary_dim", "-2"),
+    (dict(head_dim=8, base=1.0), "base", "1.0"),
+    (dict(head_dim=8, base=0.5), "base", "0.5"),
+    (dict(head_dim=8, base=float("inf")), "base", "inf"),
+    (dict(head_dim=8, base=float("nan")), "base", "nan"),
+    (dict(head_dim=8, base="1e4"), "base", "'1e4'"),
+    (dict(head_dim=8, layout="neox"), "layout", "'neox'"),
+    (dict(head_dim=8, p=0.0), "p", "0.0"),
+    (dict(head_dim=8, p=1.5), "p", "1.5"),
+    (dict(head_dim=8, p=-0.25), "p", "-0.25"),
+    (dict(head_dim=8, p=0.2), "p", "0.2"),  # floor(0.2 * 4) = 0 bands kept
+    (dict(head_dim=8, freqs=(1.0, 0.1)), "freqs", "4 entries"),
+    (dict(head_dim=4, freqs=(1.0, -0.1)), "freqs", "-0.1"),
+    (dict(head_dim=4, freqs=(1.0, float("nan"))), "freqs", "nan"),
+    (dict(head_dim=4, freqs=(1.0, 0.1), base=500.0), "base", "500.0"),
+    (dict(head_dim=8, scaling={"type": "linear"}), "scaling", "'type'"),
+]
+
+
+@pytest.mark.parametrize("kwargs,field,value", INVALID)
+def test_invalid_values_raise_naming_the_field(kwargs: dict, field: str, value: str) -> None:
+    with pytest.raises(ValueError) as info:
+        RopeSpec(**kwargs)
+    msg = str(info.value)
+    assert f"RopeSpec.{field}" in msg and value in msg, msg
+
+
+def test_linear_factor_validation() -> None:
+    for bad in (0.5, float("nan"), "2", True):
+        with pytest.raises(ValueError, match="Linear.factor"):
+            Linear(bad)  # type: ignore[arg-type]
+
+
+def test_frozen_hashable_and_resolved() -> None:
+    a = RopeSpec(128, base=5e5)
+    b = RopeSpec(128, base=500_000, rotary_dim=128)
+    assert a == b and hash(a) == hash(b) and a.rotary_dim == 128
+    assert len({a, b, RopeSpec(128)}) == 2
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        a.base = 1e4  # type: ignore[misc]
+    assert hash(RopeSpec(4, freqs=[1.0, 0.5])) == hash(RopeSpec(4, freqs=(1.0, 0.5)))
+
+
+@pytest.mark.parametrize("head_dim,rotary_dim,base", [(128, None, 10_000.0), (128, 64, 500_000.0), (96, 32, 1e6), (80, 80, 10_000.0)])
+def test_inv_freq_follows_the_formula(head_dim: int, rotary_dim: int | None, base: float) -> None:
+    spec = RopeSpec(head_dim, base=base, rotary_dim=rotary_dim)
+    r = rotary_dim or head_dim
+    expect = [base ** (-2 * i / r) for i in range(r // 2)]  # theta_i = B^(-2i/r), exponent over rotary_dim
+    got64 = spec.inv_freq(dtype=torch.float64).tolist()
+    assert all(math.isclose(g, e, rel_tol=4e-16) for g, e in zip(got64, expect))
+    got32 = spec.inv_freq()
+    assert got32.dtype == torch.float32
+    assert torch.equal(got32, torch.tensor(expect, dtype=torch.float64).float())  # one rounding from float64
+
+
+def test_inv_freq_refuses_low_precision_and_cannot_be_mutated() -> None:
+    spec = RopeSpec(8)
+    with pytest.raises(ValueError, match="bfloat16"):
+        spec.inv_freq(dtype=torch.bfloat16)
+    t = spec.inv_freq(dtype=torch.float64)
+    t.zero_()
+    assert spec.inv_freq(dtype=torch.float64)[0] == 1.0
+
+
+def test_p_rope_keeps_highest_fraction() -> None:
+    """Barbero et al.: n_rot = floor(p * n) highest frequencies rotate, the rest get frequency 0."""
+    full = RopeSpec(16, base=10_000.0).inv_freq(dtype=torch.float64)
+    spec = RopeSpec(16, base=10_000.0, p=0.75)
+    got = spec.inv_freq(dtype=torch.float64)
+    assert spec.n_positional_bands == 6
+    assert torch.equal(got[:6], full[:6]) and torch.equal(got[6:], torch.zeros(2, dtype=torch.float64))
+    assert RopeSpec(200, p=0.29).n_positional_bands == 29  # 0.29 * 100 = 28.999999999999996 in floating point
+
+
+def test_p_rope_on_custom_table_zeroes_the_lowest_by_value() -> None:
+    spec = RopeSpec(8, freqs=(0.5, 2.0, 0.1, 1.0), p=0.5)
+    assert spec.inv_freq(dtype=torch.float64).tolist() == [0.0, 2.0, 0.0, 1.0]
+
+
+def test_custom_frequencies_and_scaling() -> None:
+    spec = RopeSpec(4, freqs=(0.3, 0.02), scaling=Linear(4))
+    assert spec.inv_freq(dtype=torch.float64).tolist() == [0.3 / 4, 0.02 / 4]
+    assert spec.attention_factor == 1.0 and not spec.dynamic
+
+
+def test_pairs_per_layout() -> None:
+    assert RopeSpec(8, rotary_dim=6).pairs() == ([0, 1, 2], [3, 4, 5])
+    assert RopeSpec(8, rotary_dim=6, layout="interleaved").pairs() == ([0, 2, 4], [1, 3, 5])
+
+
+def test_frequencies_built_under_meta_device_context_stay_real() -> None:
+    with torch.device("meta"):
+        t = RopeSpec(64, base=123_456.0).inv_freq()
+    assert t.device.type == "cpu" and torch.isfinite(t).all()
