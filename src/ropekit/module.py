@@ -124,7 +124,12 @@ class Rotary(nn.Module):
 
     # ------------------------------------------------------------------ forward
     def forward(
-        self, q: torch.Tensor, k: torch.Tensor | None = None, *, positions: torch.Tensor, inplace: bool = False
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor | None = None,
+        *,
+        positions: torch.Tensor,
+        inplace: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Rotate q (and k) at ``positions``; see :func:`ropekit.apply_rope` for shapes and dtypes.
 

@@ -42,7 +42,9 @@ def check_positions(positions: object, name: str = "positions") -> torch.Tensor:
     require grad (ropekit does not differentiate with respect to positions).
     """
     if not isinstance(positions, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor of integer or float32/float64 positions, got {type(positions).__name__}")
+        raise TypeError(
+            f"{name} must be a torch.Tensor of integer or float32/float64 positions, got {type(positions).__name__}"
+        )
     dt = positions.dtype
     if dt not in _INT_DTYPES and dt not in _EXACT_FLOAT_DTYPES:
         hint = (
@@ -52,7 +54,9 @@ def check_positions(positions: object, name: str = "positions") -> torch.Tensor:
         )
         raise ValueError(f"{name} must have an integer or float32/float64 dtype, got {dt}{hint}")
     if positions.requires_grad:
-        raise ValueError(f"{name} requires grad, but ropekit does not differentiate with respect to positions")
+        raise ValueError(
+            f"{name} requires grad, but ropekit does not differentiate with respect to positions"
+        )
     if dt in _EXACT_FLOAT_DTYPES and positions.device.type != "meta" and positions.numel():
         if not bool(torch.isfinite(positions).all()):
             bad = positions[~torch.isfinite(positions)].flatten()[0].item()
@@ -102,7 +106,10 @@ def rope_tables(
     n = spec.n_bands
     if out_device.type == "meta" or positions.device.type == "meta":
         shape = (*positions.shape, n)
-        return (torch.empty(shape, dtype=dtype, device="meta"), torch.empty(shape, dtype=dtype, device="meta"))
+        return (
+            torch.empty(shape, dtype=dtype, device="meta"),
+            torch.empty(shape, dtype=dtype, device="meta"),
+        )
     if spec.dynamic and seq_len is None and positions.numel():
         seq_len = int(positions.max().item()) + 1
     work = _compute_device(out_device)

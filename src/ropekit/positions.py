@@ -37,7 +37,9 @@ def positions_with_offset(
         raise ValueError(f"seq_len must be a non-negative int, got {seq_len!r}")
     if isinstance(offset, torch.Tensor):
         if offset.dtype not in _INT or offset.dim() != 1:
-            raise ValueError(f"offset tensor must be a 1-D integer tensor of per-row offsets, got {offset.dtype} of shape {tuple(offset.shape)}")
+            raise ValueError(
+                f"offset tensor must be a 1-D integer tensor of per-row offsets, got {offset.dtype} of shape {tuple(offset.shape)}"
+            )
         dev = device if device is not None else offset.device
         return offset.to(dev, torch.int64).unsqueeze(1) + torch.arange(seq_len, dtype=torch.int64, device=dev)
     if isinstance(offset, bool) or not isinstance(offset, int):
@@ -69,7 +71,9 @@ def positions_from_mask(attention_mask: torch.Tensor, *, pad_position: int = 0) 
         if m.dtype not in _INT:
             raise ValueError(f"attention_mask must be bool or integer 0/1, got {m.dtype}")
         if m.numel() and not bool(((m == 0) | (m == 1)).all()):
-            raise ValueError(f"attention_mask must contain only 0 and 1, found {sorted(set(m.unique().tolist()))}")
+            raise ValueError(
+                f"attention_mask must contain only 0 and 1, found {sorted(set(m.unique().tolist()))}"
+            )
     real = m.to(torch.bool)
     pos = real.to(torch.int64).cumsum(-1) - 1
     return pos.masked_fill(~real, int(pad_position))

@@ -95,14 +95,18 @@ class RopeSpec:
             try:
                 table = tuple(float(f) for f in self.freqs)  # type: ignore[union-attr]
             except (TypeError, ValueError):
-                raise ValueError(f"RopeSpec.freqs must be a sequence of numbers, got {self.freqs!r}") from None
+                raise ValueError(
+                    f"RopeSpec.freqs must be a sequence of numbers, got {self.freqs!r}"
+                ) from None
             if len(table) != rd // 2:
                 raise ValueError(
                     f"RopeSpec.freqs must have rotary_dim/2 = {rd // 2} entries, got {len(table)}: {table!r}"
                 )
             bad = [f for f in table if not math.isfinite(f) or f < 0.0]
             if bad:
-                raise ValueError(f"RopeSpec.freqs entries must be finite and >= 0, got {bad[0]!r} in {table!r}")
+                raise ValueError(
+                    f"RopeSpec.freqs entries must be finite and >= 0, got {bad[0]!r} in {table!r}"
+                )
             if self.base != _DEFAULT_BASE:
                 raise ValueError(
                     f"RopeSpec.base={self.base!r} has no effect when freqs is given; leave base at its default"
@@ -144,7 +148,9 @@ class RopeSpec:
         return 1.0 if self.scaling is None else float(self.scaling.attention_factor)
 
     # ---------------------------------------------------------------- frequencies
-    def frequencies(self, seq_len: int | None = None, *, device: torch.device | str | None = None) -> torch.Tensor:
+    def frequencies(
+        self, seq_len: int | None = None, *, device: torch.device | str | None = None
+    ) -> torch.Tensor:
         """Effective frequencies theta_i after p-RoPE and the phase map, in float64.
 
         Phases are formed from these (never from a float32 copy), which is what keeps ropekit's phases exact.
@@ -195,14 +201,18 @@ def _kept_bands(p: float, n: int) -> int:
     return min(n, int(math.floor(p * n + 1e-9)))
 
 
-@functools.lru_cache(maxsize=256)  # explicit device="cpu": a `with torch.device("meta")` block must not leak in
+@functools.lru_cache(
+    maxsize=256
+)  # explicit device="cpu": a `with torch.device("meta")` block must not leak in
 def _frequencies_cpu(spec: RopeSpec, seq_len: int | None) -> torch.Tensor:
     n = spec.n_bands
     if spec.freqs is not None:
         theta = torch.tensor(spec.freqs, dtype=torch.float64, device="cpu")
     else:
         # int64 arange, then float64: immune to float-arange patching (DeepSpeed zero.Init, HF #28685).
-        exponent = torch.arange(0, 2 * n, 2, dtype=torch.int64, device="cpu").to(torch.float64) / float(spec.rotary_dim)  # type: ignore[arg-type]
+        exponent = torch.arange(0, 2 * n, 2, dtype=torch.int64, device="cpu").to(torch.float64) / float(
+            spec.rotary_dim
+        )  # type: ignore[arg-type]
         theta = torch.tensor(spec.base, dtype=torch.float64, device="cpu").pow(-exponent)
     keep = _kept_bands(spec.p, n)
     if keep < n:
@@ -212,6 +222,9 @@ def _frequencies_cpu(spec: RopeSpec, seq_len: int | None) -> torch.Tensor:
         theta[order[keep:]] = 0.0
     if spec.scaling is not None:
         theta = spec.scaling.frequencies(
-            theta, head_dim=spec.head_dim, rotary_dim=int(spec.rotary_dim), seq_len=seq_len  # type: ignore[arg-type]
+            theta,
+            head_dim=spec.head_dim,
+            rotary_dim=int(spec.rotary_dim),
+            seq_len=seq_len,  # type: ignore[arg-type]
         ).to(torch.float64)
     return theta

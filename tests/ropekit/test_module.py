@@ -62,14 +62,20 @@ def test_cache_grows_to_power_of_two_and_stays_exact() -> None:
 
 def test_positions_beyond_cache_limit_negative_or_fractional_are_exact() -> None:
     rope = Rotary(SPEC, max_seq_len=16, cache_limit=32)
-    for pos in (torch.tensor([5, 10_000_000]), torch.tensor([-4, 2]), torch.tensor([0.5, 3.25], dtype=torch.float64)):
+    for pos in (
+        torch.tensor([5, 10_000_000]),
+        torch.tensor([-4, 2]),
+        torch.tensor([0.5, 3.25], dtype=torch.float64),
+    ):
         cos, sin = rope.tables(pos)
         ref = rope_tables(pos, SPEC)
         assert torch.equal(cos, ref[0]) and torch.equal(sin, ref[1])
     assert rope.cached_len == 16  # never grown past the limit
     q = torch.randn(1, 2, 2, 32)
     out, _ = rope(q, positions=torch.tensor([10_000_000, 16_777_215]))
-    torch.testing.assert_close(out.double(), reference_rope(q, torch.tensor([10_000_000, 16_777_215]), SPEC), rtol=0, atol=1e-6)
+    torch.testing.assert_close(
+        out.double(), reference_rope(q, torch.tensor([10_000_000, 16_777_215]), SPEC), rtol=0, atol=1e-6
+    )
 
 
 def test_meta_device_construction_then_materialize() -> None:
@@ -113,4 +119,6 @@ def test_cache_follows_the_device() -> None:
     q = torch.randn(1, 8, 2, 32, device="cuda")
     out, _ = rope(q, positions=torch.arange(8, device="cuda"))
     assert out.device.type == "cuda" and rope.inv_freq.dtype == torch.float32
-    torch.testing.assert_close(out.cpu().double(), reference_rope(q.cpu(), torch.arange(8), SPEC), rtol=0, atol=1e-5)
+    torch.testing.assert_close(
+        out.cpu().double(), reference_rope(q.cpu(), torch.arange(8), SPEC), rtol=0, atol=1e-5
+    )

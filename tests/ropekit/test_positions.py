@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ropekit import RopeSpec, apply_rope, positions_from_cu_seqlens, positions_from_mask, positions_with_offset
+from ropekit import (
+    RopeSpec,
+    apply_rope,
+    positions_from_cu_seqlens,
+    positions_from_mask,
+    positions_with_offset,
+)
 
 
 def test_offsets() -> None:
@@ -31,9 +37,23 @@ def test_mask_left_and_right_padding() -> None:
 
 
 def test_cu_seqlens() -> None:
-    assert positions_from_cu_seqlens(torch.tensor([0, 3, 5, 5, 9], dtype=torch.int32)).tolist() == [0, 1, 2, 0, 1, 0, 1, 2, 3]
+    assert positions_from_cu_seqlens(torch.tensor([0, 3, 5, 5, 9], dtype=torch.int32)).tolist() == [
+        0,
+        1,
+        2,
+        0,
+        1,
+        0,
+        1,
+        2,
+        3,
+    ]
     assert positions_from_cu_seqlens(torch.tensor([0])).tolist() == []
-    for bad, frag in ((torch.tensor([1, 3]), "start at 0"), (torch.tensor([0, 4, 2]), "non-decreasing"), (torch.tensor([0.0, 2.0]), "integer")):
+    for bad, frag in (
+        (torch.tensor([1, 3]), "start at 0"),
+        (torch.tensor([0, 4, 2]), "non-decreasing"),
+        (torch.tensor([0.0, 2.0]), "integer"),
+    ):
         with pytest.raises(ValueError, match=frag):
             positions_from_cu_seqlens(bad)
 

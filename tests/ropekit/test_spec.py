@@ -63,7 +63,10 @@ def test_frozen_hashable_and_resolved() -> None:
     assert hash(RopeSpec(4, freqs=[1.0, 0.5])) == hash(RopeSpec(4, freqs=(1.0, 0.5)))
 
 
-@pytest.mark.parametrize("head_dim,rotary_dim,base", [(128, None, 10_000.0), (128, 64, 500_000.0), (96, 32, 1e6), (80, 80, 10_000.0)])
+@pytest.mark.parametrize(
+    "head_dim,rotary_dim,base",
+    [(128, None, 10_000.0), (128, 64, 500_000.0), (96, 32, 1e6), (80, 80, 10_000.0)],
+)
 def test_inv_freq_follows_the_formula(head_dim: int, rotary_dim: int | None, base: float) -> None:
     spec = RopeSpec(head_dim, base=base, rotary_dim=rotary_dim)
     r = rotary_dim or head_dim

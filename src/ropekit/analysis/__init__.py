@@ -9,7 +9,13 @@ from ropekit.analysis.bands import (
     critical_dim,
     extrapolation_bound,
 )
-from ropekit.analysis.precision import PhaseError, common_fp32_tables, oracle_tables, phase_error, phase_error_table
+from ropekit.analysis.precision import (
+    PhaseError,
+    common_fp32_tables,
+    oracle_tables,
+    phase_error,
+    phase_error_table,
+)
 
 __all__ = [
     "Band",

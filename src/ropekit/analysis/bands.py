@@ -21,7 +21,14 @@ import torch
 
 from ropekit.spec import RopeSpec
 
-__all__ = ["Band", "band_table", "critical_dim", "extrapolation_bound", "base_bound_margin", "base_lower_bound"]
+__all__ = [
+    "Band",
+    "band_table",
+    "critical_dim",
+    "extrapolation_bound",
+    "base_bound_margin",
+    "base_lower_bound",
+]
 
 _TWO_PI = 2.0 * math.pi
 
@@ -68,11 +75,15 @@ def extrapolation_bound(rotary_dim: int, base: float, context: int) -> float:
     return math.inf if de >= rotary_dim else _TWO_PI * base ** (de / rotary_dim)
 
 
-def base_bound_margin(rotary_dim: int, base: float, context: int, *, chunk: int = 8192) -> tuple[float, int | None]:
+def base_bound_margin(
+    rotary_dim: int, base: float, context: int, *, chunk: int = 8192
+) -> tuple[float, int | None]:
     """min over 0 <= m <= L of B(m) / (d/2), and the first m with B(m) < 0 (None if the condition holds)."""
     _check_context(context)
     n = rotary_dim // 2
-    theta = torch.tensor(base, dtype=torch.float64).pow(-torch.arange(0, n, dtype=torch.float64) * 2 / rotary_dim)
+    theta = torch.tensor(base, dtype=torch.float64).pow(
+        -torch.arange(0, n, dtype=torch.float64) * 2 / rotary_dim
+    )
     worst = math.inf
     for start in range(0, context + 1, chunk):
         m = torch.arange(start, min(context + 1, start + chunk), dtype=torch.float64)
@@ -84,7 +95,9 @@ def base_bound_margin(rotary_dim: int, base: float, context: int, *, chunk: int 
     return worst, None
 
 
-def base_lower_bound(rotary_dim: int, context: int, *, grid: float = 1.01, max_base: float = 1e15) -> float | None:
+def base_lower_bound(
+    rotary_dim: int, context: int, *, grid: float = 1.01, max_base: float = 1e15
+) -> float | None:
     """Smallest base on a geometric grid (ratio ``grid``) satisfying Men et al.'s condition; None above ``max_base``.
 
     The condition is not monotone in the base near the bound (d 128, L 1024: 4300 passes, 4350..6000 fail, 6033

@@ -19,7 +19,14 @@ from ropekit.phases import rope_tables
 from ropekit.rotation.reference import reference_frequencies
 from ropekit.spec import RopeSpec
 
-__all__ = ["common_fp32_tables", "oracle_tables", "PhaseError", "phase_error", "phase_error_table", "DEFAULT_POSITIONS"]
+__all__ = [
+    "common_fp32_tables",
+    "oracle_tables",
+    "PhaseError",
+    "phase_error",
+    "phase_error_table",
+    "DEFAULT_POSITIONS",
+]
 
 DEFAULT_POSITIONS: tuple[int, ...] = (1_000, 10_000, 100_000, 1_000_000, 10_000_000, 1 << 24)
 
@@ -64,7 +71,9 @@ def phase_error(spec: RopeSpec, position: int, *, window: int = 2048) -> PhaseEr
     def err(c: torch.Tensor, s: torch.Tensor) -> float:
         return float(torch.maximum((c.double() - ref_c).abs().max(), (s.double() - ref_s).abs().max()))
 
-    return PhaseError(int(position), int(pos.numel()), err(*rope_tables(pos, spec)), err(*common_fp32_tables(pos, spec)))
+    return PhaseError(
+        int(position), int(pos.numel()), err(*rope_tables(pos, spec)), err(*common_fp32_tables(pos, spec))
+    )
 
 
 def phase_error_table(

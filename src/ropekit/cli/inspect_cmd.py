@@ -12,7 +12,13 @@ import json
 import math
 from typing import Any, TextIO
 
-from ropekit.analysis.bands import band_table, base_bound_margin, base_lower_bound, critical_dim, extrapolation_bound
+from ropekit.analysis.bands import (
+    band_table,
+    base_bound_margin,
+    base_lower_bound,
+    critical_dim,
+    extrapolation_bound,
+)
 from ropekit.analysis.precision import phase_error
 from ropekit.spec import RopeSpec
 
@@ -83,7 +89,9 @@ def run(spec: RopeSpec, context: int, *, as_json: bool, out: TextIO) -> int:
         if b["index"] == d_bands and sm["critical_dim_applies"] and 0 < d_bands < len(rep["bands"]):
             w(f"{'':>4}  {'-' * 11}  critical dimension: the bands below never complete a turn  {'-' * 4}\n")
         wl = "inf" if b["wavelength"] is None else _fmt(b["wavelength"])
-        w(f"{b['index']:>4}  {b['theta']:>11.4e}  {wl:>11}  {_fmt(b['rotations']):>12}  {'yes' if b['wraps'] else 'no'}\n")
+        w(
+            f"{b['index']:>4}  {b['theta']:>11.4e}  {wl:>11}  {_fmt(b['rotations']):>12}  {'yes' if b['wraps'] else 'no'}\n"
+        )
     w("\nSummary\n")
     w(f"  bands completing a full turn within the context : {sm['wrapping_bands']} of {sm['bands']}\n")
     if sm["critical_dim_applies"]:
@@ -93,12 +101,18 @@ def run(spec: RopeSpec, context: int, *, as_json: bool, out: TextIO) -> int:
             f"extrapolation bound ~ {('unbounded' if tb is None else f'{tb:,.0f} tokens')}\n"
         )
     lb = sm["base_lower_bound"]
-    verdict = "meets it" if sm["base_meets_bound"] else f"fails it (B(m) < 0 first at m = {sm['base_bound_first_violation']:,})"
+    verdict = (
+        "meets it"
+        if sm["base_meets_bound"]
+        else f"fails it (B(m) < 0 first at m = {sm['base_bound_first_violation']:,})"
+    )
     w(
         f"  base lower bound (Men et al. 2024)               : {('> 1e15' if lb is None else f'{lb:.3g}')} "
         f"for this context; base {s['base']:g} {verdict}\n"
     )
-    w(f"  phase error at the context (max |dcos|,|dsin| over {sm['phase_error_window']} positions ending at it):\n")
+    w(
+        f"  phase error at the context (max |dcos|,|dsin| over {sm['phase_error_window']} positions ending at it):\n"
+    )
     w(f"      common float32 recipe (HF, Megatron, TE, torchtune) : {sm['phase_error_common_fp32']:.2e}\n")
     w(f"      ropekit                                             : {sm['phase_error_ropekit']:.2e}\n")
     return 0

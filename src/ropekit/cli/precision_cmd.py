@@ -24,12 +24,18 @@ def parse_positions(text: str | None) -> tuple[int, ...]:
     return vals
 
 
-def run(spec: RopeSpec, positions: str | None, window: int, *, as_json: bool, markdown: bool, out: TextIO) -> int:
+def run(
+    spec: RopeSpec, positions: str | None, window: int, *, as_json: bool, markdown: bool, out: TextIO
+) -> int:
     if window < 1:
         raise ValueError(f"--window must be >= 1, got {window}")
     rows = phase_error_table(spec, parse_positions(positions), window=window)
     if as_json:
-        json.dump({"spec": _spec_dict(spec), "window": window, "results": [r.as_dict() for r in rows]}, out, indent=2)
+        json.dump(
+            {"spec": _spec_dict(spec), "window": window, "results": [r.as_dict() for r in rows]},
+            out,
+            indent=2,
+        )
         out.write("\n")
         return 0
     if markdown:
@@ -48,4 +54,10 @@ def run(spec: RopeSpec, positions: str | None, window: int, *, as_json: bool, ma
 
 
 def _spec_dict(spec: RopeSpec) -> dict[str, object]:
-    return {"head_dim": spec.head_dim, "rotary_dim": spec.rotary_dim, "base": spec.base, "layout": spec.layout, "p": spec.p}
+    return {
+        "head_dim": spec.head_dim,
+        "rotary_dim": spec.rotary_dim,
+        "base": spec.base,
+        "layout": spec.layout,
+        "p": spec.p,
+    }

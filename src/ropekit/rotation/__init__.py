@@ -4,4 +4,12 @@
 from ropekit.rotation.apply import BACKENDS, FORMATS, Format, apply_rope, apply_rope_tables
 from ropekit.rotation.reference import reference_rope, rotation_matrix
 
-__all__ = ["apply_rope", "apply_rope_tables", "reference_rope", "rotation_matrix", "Format", "FORMATS", "BACKENDS"]
+__all__ = [
+    "apply_rope",
+    "apply_rope_tables",
+    "reference_rope",
+    "rotation_matrix",
+    "Format",
+    "FORMATS",
+    "BACKENDS",
+]

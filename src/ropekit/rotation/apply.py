@@ -37,7 +37,11 @@ BACKENDS: dict[str, _Backend] = {"torch": torch_backend.rotate}
 
 
 def _layout_str(fmt: str) -> str:
-    return {"bshd": "(batch, seq, heads, head_dim)", "bhsd": "(batch, heads, seq, head_dim)", "thd": "(tokens, heads, head_dim)"}[fmt]
+    return {
+        "bshd": "(batch, seq, heads, head_dim)",
+        "bhsd": "(batch, heads, seq, head_dim)",
+        "thd": "(tokens, heads, head_dim)",
+    }[fmt]
 
 
 def _check_qk(name: str, x: object, spec: RopeSpec, fmt: str) -> torch.Tensor:
@@ -92,14 +96,18 @@ def _share_elements(a: torch.Tensor, b: torch.Tensor) -> bool:
     a_starts, a_len = _blocks(a)
     b_starts, b_len = _blocks(b)
     a_sorted = torch.sort(a_starts).values  # a's runs are disjoint (internal overlap is refused earlier)
-    i = torch.searchsorted(a_sorted, b_starts + b_len, side="left") - 1  # last run of a starting before b's end
+    i = (
+        torch.searchsorted(a_sorted, b_starts + b_len, side="left") - 1
+    )  # last run of a starting before b's end
     ok = i >= 0
     return bool((ok & (a_sorted[i.clamp(min=0)] + a_len > b_starts)).any())
 
 
 def _check_inplace_target(name: str, x: torch.Tensor) -> None:
     if any(st == 0 and sz > 1 for sz, st in zip(x.shape, x.stride())):
-        raise ValueError(f"inplace=True but {name} has overlapping memory (an expanded view, strides {x.stride()})")
+        raise ValueError(
+            f"inplace=True but {name} has overlapping memory (an expanded view, strides {x.stride()})"
+        )
     if torch.is_grad_enabled() and x.requires_grad and x.is_leaf:
         raise ValueError(f"inplace=True but {name} is a leaf tensor that requires grad; use inplace=False")
 
@@ -128,7 +136,9 @@ def _validate(q, k, positions, spec, fmt, inplace, backend) -> None:  # noqa: AN
         ok = positions.shape in ((s,), (1, s), (b, s)) if fmt != "thd" else positions.shape == (s,)
         if not ok:
             want = f"({s},)" if fmt == "thd" else f"({s},) or ({b}, {s})"
-            raise ValueError(f"positions must have shape {want} for q of shape {tuple(q.shape)}, got {tuple(positions.shape)}")
+            raise ValueError(
+                f"positions must have shape {want} for q of shape {tuple(q.shape)}, got {tuple(positions.shape)}"
+            )
     if inplace:
         _check_inplace_target("q", q)
         if k is not None:
@@ -203,7 +213,11 @@ def apply_rope(
     """
     _validate(q, k, positions, spec, format, inplace, backend)
     need64 = q.dtype == torch.float64 or (k is not None and k.dtype == torch.float64)
-    pos = positions.reshape(-1) if (format != "thd" and positions.dim() == 2 and positions.shape[0] == 1) else positions
+    pos = (
+        positions.reshape(-1)
+        if (format != "thd" and positions.dim() == 2 and positions.shape[0] == 1)
+        else positions
+    )
     cos, sin = rope_tables(pos, spec, dtype=torch.float64 if need64 else torch.float32, device=q.device)
     return _rotate_pair(q, k, cos, sin, spec, format, inplace, backend)
 
@@ -234,7 +248,9 @@ def apply_rope_tables(
         if tuple(t.shape) not in shapes:
             raise ValueError(f"{name} must have shape {' or '.join(map(str, shapes))}, got {tuple(t.shape)}")
         if t.dtype not in (torch.float32, torch.float64):
-            raise ValueError(f"{name} must be float32 or float64 (tables are never low precision), got {t.dtype}")
+            raise ValueError(
+                f"{name} must be float32 or float64 (tables are never low precision), got {t.dtype}"
+            )
         if t.device != q.device:
             raise ValueError(f"{name} is on {t.device} but q is on {q.device}")
     return _rotate_pair(q, k, cos, sin, spec, format, inplace, backend)

@@ -74,7 +74,9 @@ def rotation_matrix(spec: RopeSpec, position: float) -> torch.Tensor:
     return m[perm][:, perm]
 
 
-def reference_rope(x: torch.Tensor, positions: torch.Tensor, spec: RopeSpec, *, format: str = "bshd") -> torch.Tensor:
+def reference_rope(
+    x: torch.Tensor, positions: torch.Tensor, spec: RopeSpec, *, format: str = "bshd"
+) -> torch.Tensor:
     """Rotate ``x`` with the literal matrices. Returns float64.
 
     Args:

@@ -21,7 +21,9 @@ import torch
 __all__ = ["rotate"]
 
 
-def _rotate_into(dst: torch.Tensor, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, r: int, layout: str) -> None:
+def _rotate_into(
+    dst: torch.Tensor, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, r: int, layout: str
+) -> None:
     """Write the rotation of x's first r channels into dst (dst may be x itself)."""
     n = r // 2
     cdt = torch.float64 if x.dtype == torch.float64 else torch.float32
@@ -40,7 +42,9 @@ def _rotate_into(dst: torch.Tensor, x: torch.Tensor, cos: torch.Tensor, sin: tor
     dst_b.copy_(out_b)
 
 
-def _rotate_raw(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, r: int, layout: str, inplace: bool) -> torch.Tensor:
+def _rotate_raw(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, r: int, layout: str, inplace: bool
+) -> torch.Tensor:
     if inplace:
         _rotate_into(x, x, cos, sin, r, layout)
         return x
@@ -68,7 +72,9 @@ class _Rotate(torch.autograd.Function):
         return _Rotate.apply(grad, cos, -sin, ctx.r, ctx.layout, False), None, None, None, None, None
 
 
-def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, rotary_dim: int, layout: str, inplace: bool) -> torch.Tensor:
+def rotate(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, rotary_dim: int, layout: str, inplace: bool
+) -> torch.Tensor:
     """Rotate the first ``rotary_dim`` channels of x by the tabulated phases. Inputs are assumed validated.
 
     Args:

@@ -26,10 +26,21 @@ def test_inspect_default_json() -> None:
     rc, out, _ = _run(["inspect", "--json"])
     assert rc == 0
     rep = json.loads(out)
-    assert rep["spec"] == {"head_dim": 128, "rotary_dim": 128, "base": 500000.0, "layout": "half", "p": 1.0, "positional_bands": 64}
+    assert rep["spec"] == {
+        "head_dim": 128,
+        "rotary_dim": 128,
+        "base": 500000.0,
+        "layout": "half",
+        "p": 1.0,
+        "positional_bands": 64,
+    }
     assert rep["context"] == 131072 and len(rep["bands"]) == 64
     b0 = rep["bands"][0]
-    assert b0["theta"] == 1.0 and b0["wraps"] is True and b0["rotations"] == pytest.approx(131072 / (2 * 3.141592653589793))
+    assert (
+        b0["theta"] == 1.0
+        and b0["wraps"] is True
+        and b0["rotations"] == pytest.approx(131072 / (2 * 3.141592653589793))
+    )
     sm = rep["summary"]
     assert sm["critical_dim"] == 2 * sm["wrapping_bands"] == 98
     assert sm["phase_error_ropekit"] < 6e-8 < 1e-3 < sm["phase_error_common_fp32"]
@@ -57,11 +68,20 @@ def test_precision_markdown() -> None:
     rc, out, _ = _run(["precision", "--markdown", "--positions", "1e3,1e6"])
     assert rc == 0
     rows = out.strip().splitlines()
-    assert rows[0].startswith("| position |") and rows[2].startswith("| 1,000 |") and rows[3].startswith("| 1,000,000 |")
+    assert (
+        rows[0].startswith("| position |")
+        and rows[2].startswith("| 1,000 |")
+        and rows[3].startswith("| 1,000,000 |")
+    )
 
 
 def test_module_and_console_script() -> None:
-    r = subprocess.run([sys.executable, "-m", "ropekit", "inspect", "--head-dim", "8", "--context", "64", "--json"], capture_output=True, text=True, check=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "ropekit", "inspect", "--head-dim", "8", "--context", "64", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert json.loads(r.stdout)["context"] == 64
     script = Path(sys.executable).with_name("ropekit")
     if not script.exists():

@@ -26,7 +26,12 @@ BAD_CALLS = [
     ("positions", dict(positions=torch.arange(5).to(torch.float16)), ValueError, "float16"),
     ("positions", dict(positions=torch.ones(5, dtype=torch.bool)), ValueError, "torch.bool"),
     ("positions", dict(positions=torch.tensor([0.0, 1.0, float("nan"), 3.0, 4.0])), ValueError, "nan"),
-    ("positions", dict(positions=torch.arange(5.0, dtype=torch.float64).requires_grad_()), ValueError, "requires grad"),
+    (
+        "positions",
+        dict(positions=torch.arange(5.0, dtype=torch.float64).requires_grad_()),
+        ValueError,
+        "requires grad",
+    ),
     ("positions", dict(positions=[0, 1, 2, 3, 4]), TypeError, "positions must be a torch.Tensor"),
     ("format", dict(format="sbhd"), ValueError, "'sbhd'"),
     ("spec", dict(spec={"head_dim": 16}), TypeError, "spec must be a ropekit.RopeSpec"),
@@ -35,7 +40,9 @@ BAD_CALLS = [
 ]
 
 
-@pytest.mark.parametrize("name,override,exc,fragment", BAD_CALLS, ids=[f"{c[0]}-{i}" for i, c in enumerate(BAD_CALLS)])
+@pytest.mark.parametrize(
+    "name,override,exc,fragment", BAD_CALLS, ids=[f"{c[0]}-{i}" for i, c in enumerate(BAD_CALLS)]
+)
 @pytest.mark.parametrize("inplace", [False, True])
 def test_bad_input_is_refused_before_any_write(name, override, exc, fragment, inplace) -> None:  # noqa: ANN001
     q, k = _qk()
@@ -88,8 +95,15 @@ def test_strided_views_of_a_fused_qkv_projection(inplace: bool) -> None:
     k = qkv[..., hq * d : (hq + hk) * d].view(b, s, hk, d)
     pos = torch.arange(100, 100 + s)
     qr, kr = apply_rope(q, k, pos, SPEC, inplace=inplace)
-    torch.testing.assert_close(qr.double(), reference_rope(before[..., : hq * d].view(b, s, hq, d), pos, SPEC), rtol=0, atol=1e-5)
-    torch.testing.assert_close(kr.double(), reference_rope(before[..., hq * d : (hq + hk) * d].view(b, s, hk, d), pos, SPEC), rtol=0, atol=1e-5)
+    torch.testing.assert_close(
+        qr.double(), reference_rope(before[..., : hq * d].view(b, s, hq, d), pos, SPEC), rtol=0, atol=1e-5
+    )
+    torch.testing.assert_close(
+        kr.double(),
+        reference_rope(before[..., hq * d : (hq + hk) * d].view(b, s, hk, d), pos, SPEC),
+        rtol=0,
+        atol=1e-5,
+    )
     assert torch.equal(qkv[..., (hq + hk) * d :], before[..., (hq + hk) * d :])  # v untouched
     if not inplace:
         assert torch.equal(qkv, before)

@@ -39,8 +39,14 @@ def test_float32_rotation_within_1e6_of_float64(base: float, end: int) -> None:
     assert err < 1e-6, f"max error {err:.3g} at positions ending {end}"
 
 
-@given(pos=st.lists(st.integers(0, 2**24), min_size=1, max_size=8), base=st.sampled_from(BASES), layout=st.sampled_from(["half", "interleaved"]))
-def test_float32_rotation_vs_block_diagonal_anywhere_below_2_24(pos: list[int], base: float, layout: str) -> None:
+@given(
+    pos=st.lists(st.integers(0, 2**24), min_size=1, max_size=8),
+    base=st.sampled_from(BASES),
+    layout=st.sampled_from(["half", "interleaved"]),
+)
+def test_float32_rotation_vs_block_diagonal_anywhere_below_2_24(
+    pos: list[int], base: float, layout: str
+) -> None:
     spec = RopeSpec(head_dim=64, base=base, layout=layout)
     p = torch.tensor(pos)
     x = (torch.rand(len(pos), 2, 64, dtype=torch.float64) * 2 - 1).float()
@@ -58,7 +64,11 @@ def test_tables_against_mpmath() -> None:
     for row, p in enumerate(positions):
         for i in range(0, 64, 7):
             t = mpmath.power(mpmath.mpf(500_000), -mpmath.mpf(2 * i) / 128)
-            worst = max(worst, abs(float(cos[row, i]) - float(mpmath.cos(p * t))), abs(float(sin[row, i]) - float(mpmath.sin(p * t))))
+            worst = max(
+                worst,
+                abs(float(cos[row, i]) - float(mpmath.cos(p * t))),
+                abs(float(sin[row, i]) - float(mpmath.sin(p * t))),
+            )
     assert worst < 6e-8  # half a float32 ulp near 1 is 6e-8
 
 

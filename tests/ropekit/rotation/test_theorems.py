@@ -60,9 +60,15 @@ def test_matches_block_diagonal_reference(spec, fmt, dtype, batch, seq, heads, p
     if fmt == "thd":
         batch, per_row = 1, False
     pos_list = data.draw(st.lists(positions_any, min_size=batch * seq, max_size=batch * seq))
-    pos = torch.tensor(pos_list, dtype=torch.float64 if any(isinstance(v, float) for v in pos_list) else torch.int64)
+    pos = torch.tensor(
+        pos_list, dtype=torch.float64 if any(isinstance(v, float) for v in pos_list) else torch.int64
+    )
     pos = pos.view(batch, seq) if per_row else pos[:seq]
-    shape = {"bshd": (batch, seq, hq, spec.head_dim), "bhsd": (batch, hq, seq, spec.head_dim), "thd": (seq, hq, spec.head_dim)}
+    shape = {
+        "bshd": (batch, seq, hq, spec.head_dim),
+        "bhsd": (batch, hq, seq, spec.head_dim),
+        "thd": (seq, hq, spec.head_dim),
+    }
     kshape = list(shape[fmt])
     kshape[-2 if fmt != "bhsd" else 1] = hk
     q = (torch.rand(shape[fmt], dtype=torch.float64) * 2 - 1).to(dtype)
@@ -82,7 +88,9 @@ def test_relative_displacement_theorem_13_1(spec: RopeSpec, p: float, m: float, 
     lhs = float(_rot(q, p, spec) @ _rot(k, m, spec))
     rhs = float(q @ _rot(k, m - p, spec))
     atomic = atomic_score(q, k, p, m, spec)
-    scale = spec.head_dim * 1e-9 * (1 + abs(p) + abs(m)) ** 0.5  # float64 angle rounding grows with |position|
+    scale = (
+        spec.head_dim * 1e-9 * (1 + abs(p) + abs(m)) ** 0.5
+    )  # float64 angle rounding grows with |position|
     assert abs(lhs - rhs) < 1e-9 + scale
     assert abs(lhs - atomic) < 1e-9 + scale
 
@@ -136,10 +144,14 @@ def test_complex_form_note_10_4(spec: RopeSpec, p: float, m: float, seed: int) -
     assert abs(score - seed_form_swapped) < tol
 
 
-@given(spec=specs(layout="half"), pos=st.lists(positions_any, min_size=1, max_size=6), seed=st.integers(0, 2**16))
+@given(
+    spec=specs(layout="half"), pos=st.lists(positions_any, min_size=1, max_size=6), seed=st.integers(0, 2**16)
+)
 def test_layout_equivalence(spec: RopeSpec, pos: list[float], seed: int) -> None:
     """half and interleaved agree up to the channel permutation."""
-    inter = RopeSpec(spec.head_dim, base=spec.base, rotary_dim=spec.rotary_dim, layout="interleaved", p=spec.p)
+    inter = RopeSpec(
+        spec.head_dim, base=spec.base, rotary_dim=spec.rotary_dim, layout="interleaved", p=spec.p
+    )
     s = len(pos)
     ptensor = torch.tensor(pos, dtype=torch.float64)
     g = torch.Generator().manual_seed(seed)
