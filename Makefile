@@ -10,7 +10,6 @@ TORCH_SPEC ?= torch==2.13.0
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
 
 $(VENV)/.core: $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
