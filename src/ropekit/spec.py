@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
@@ -120,11 +120,18 @@ class RopeSpec:
             raise ValueError(
                 f"RopeSpec.p={pp!r} keeps floor(p * {rd // 2}) = 0 of the {rd // 2} bands; use p >= {1 / (rd // 2):.6g}"
             )
-        if self.scaling is not None and not isinstance(self.scaling, Scaling):
-            raise ValueError(
-                f"RopeSpec.scaling must be a ropekit.scaling.Scaling (e.g. Linear(factor)) or None, "
-                f"got {self.scaling!r}"
-            )
+        if self.scaling is not None:
+            if not isinstance(self.scaling, Scaling):
+                raise ValueError(
+                    f"RopeSpec.scaling must be a ropekit.scaling.Scaling (e.g. Linear(factor)) or None, "
+                    f"got {self.scaling!r}"
+                )
+            if self.freqs is not None and self.scaling.needs_base:
+                raise ValueError(
+                    f"RopeSpec.scaling={type(self.scaling).__name__} is defined from the base and cannot apply to "
+                    "an explicit freqs table"
+                )
+            self.scaling.check(rd // 2, rd)
 
     # ---------------------------------------------------------------- derived sizes
     @property
@@ -188,6 +195,32 @@ class RopeSpec:
         out = _frequencies_cpu(self, seq_len).to(dtype=dtype, copy=True)  # callers must not mutate the cache
         return out if device is None else out.to(device)
 
+    # ---------------------------------------------------------------- Hugging Face interop
+    @classmethod
+    def from_hf(
+        cls, config: Any, *, layer_type: str | None = None, strict: bool = True, layout: str | None = None
+    ) -> "RopeSpec":
+        """Build a spec from a transformers config object or a config.json dict (v4 and v5 schemas).
+
+        Args:
+            config: ``PretrainedConfig`` or dict (with ``model_type`` for family-specific legacy keys).
+            layer_type: for per-layer-type configs (Gemma 3 "sliding_attention" / "full_attention", ...).
+            strict: raise on what transformers only warns about; False accepts it with a warning.
+            layout: override the family's channel pairing (default: from ``model_type``, else "half").
+
+        Raises:
+            ValueError: naming the key and value (missing/unknown keys, out-of-range values, ...).
+        """
+        from ropekit.hf.config import spec_from_hf
+
+        return spec_from_hf(config, layer_type=layer_type, strict=strict, layout=layout)
+
+    def to_hf(self) -> dict[str, Any]:
+        """The transformers v5 config fragment ``{"head_dim", "rope_parameters", ...}``; lossless via from_hf."""
+        from ropekit.hf.config import spec_to_hf
+
+        return spec_to_hf(self)
+
     def pairs(self) -> tuple[list[int], list[int]]:
         """Channel indices (x, y) of each band: band i rotates (x_i, y_i) -> (x cos - y sin, y cos + x sin)."""
         n = self.n_bands
@@ -206,25 +239,21 @@ def _kept_bands(p: float, n: int) -> int:
 )  # explicit device="cpu": a `with torch.device("meta")` block must not leak in
 def _frequencies_cpu(spec: RopeSpec, seq_len: int | None) -> torch.Tensor:
     n = spec.n_bands
+    r = int(spec.rotary_dim)  # type: ignore[arg-type]
+    sc = spec.scaling
     if spec.freqs is not None:
         theta = torch.tensor(spec.freqs, dtype=torch.float64, device="cpu")
     else:
+        base = spec.base if sc is None else sc.effective_base(spec.base, rotary_dim=r, seq_len=seq_len)
         # int64 arange, then float64: immune to float-arange patching (DeepSpeed zero.Init, HF #28685).
-        exponent = torch.arange(0, 2 * n, 2, dtype=torch.int64, device="cpu").to(torch.float64) / float(
-            spec.rotary_dim
-        )  # type: ignore[arg-type]
-        theta = torch.tensor(spec.base, dtype=torch.float64, device="cpu").pow(-exponent)
+        exponent = torch.arange(0, 2 * n, 2, dtype=torch.int64, device="cpu").to(torch.float64) / float(r)
+        theta = torch.tensor(base, dtype=torch.float64, device="cpu").pow(-exponent)
     keep = _kept_bands(spec.p, n)
     if keep < n:
         # p-RoPE: zero the (n - keep) lowest frequencies (stable order: ties keep the earlier band).
         order = torch.argsort(-theta, stable=True)
         theta = theta.clone()
         theta[order[keep:]] = 0.0
-    if spec.scaling is not None:
-        theta = spec.scaling.frequencies(
-            theta,
-            head_dim=spec.head_dim,
-            rotary_dim=int(spec.rotary_dim),
-            seq_len=seq_len,  # type: ignore[arg-type]
-        ).to(torch.float64)
+    if sc is not None:
+        theta = sc.scale(theta, base=spec.base, rotary_dim=r, seq_len=seq_len).to(torch.float64)
     return theta

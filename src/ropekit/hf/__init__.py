@@ -1,0 +1,12 @@
+# SPDX-License-Identifier: MIT
+"""Interoperability with Hugging Face transformers.
+
+- :func:`spec_from_hf` / :func:`spec_to_hf` (also ``RopeSpec.from_hf`` / ``spec.to_hf``): configs, both schemas;
+- :func:`permute_for_half` / :func:`permute_for_interleaved`: q/k projection weights between Meta's interleaved
+  pairing and HF's half split;
+- :func:`patch`: make a transformers model compute its cos/sin and its rotation with ropekit (needs transformers).
+"""
+
+from ropekit.hf.config import INTERLEAVED_MODEL_TYPES, spec_from_hf, spec_to_hf
+
+__all__ = ["spec_from_hf", "spec_to_hf", "INTERLEAVED_MODEL_TYPES"]

@@ -1,0 +1,34 @@
+# SPDX-License-Identifier: MIT
+"""Phase maps (scaling schemes) for long context; see :mod:`ropekit.scaling.base` for the interface.
+
+| class | HF rope_type | what it changes |
+|---|---|---|
+| :class:`Linear` | linear | every theta_i / factor (position interpolation) |
+| :class:`NTK` | ntk, HunYuan dynamic+alpha | base * x^(d/(d-2)), static |
+| :class:`DynamicNTK` | dynamic | base grows with the current length past max_position_embeddings |
+| :class:`Yarn` | yarn | NTK-by-parts ramp + attention factor (DeepSeek mscale ratio, gpt-oss truncate) |
+| :class:`LongRope` | longrope (Phi-3 su) | per-band short/long factors switched at L0 + attention factor |
+| :class:`Llama3` | llama3 | wavelength bands with low/high_freq_factor |
+
+HF's ``proportional`` (Gemma 4) is p-RoPE over the whole head: ``RopeSpec(p=partial_rotary_factor)``, plus
+:class:`Linear` when it has a factor.
+"""
+
+from ropekit.scaling.base import Linear, Scaling
+from ropekit.scaling.llama3 import Llama3
+from ropekit.scaling.longrope import LongRope
+from ropekit.scaling.ntk import NTK, DynamicNTK
+from ropekit.scaling.yarn import Yarn, mla_softmax_scale, yarn_correction_range, yarn_mscale
+
+__all__ = [
+    "Scaling",
+    "Linear",
+    "NTK",
+    "DynamicNTK",
+    "Yarn",
+    "LongRope",
+    "Llama3",
+    "yarn_mscale",
+    "yarn_correction_range",
+    "mla_softmax_scale",
+]

@@ -1,0 +1,86 @@
+# SPDX-License-Identifier: MIT
+"""NTK-aware base scaling, static and dynamic (bloc97 / emozilla, 2023; HF ``dynamic``; HunYuan ``alpha``).
+
+Static NTK: b' = b * x^(d / (d - 2)) with x = ``factor`` (classic fixed NTK, vLLM ``ntk``) or x = ``alpha``
+(HunYuan's ``ntk_alpha``: HF checkpoints say ``rope_type: dynamic`` plus ``alpha``, but it is static).
+Dynamic NTK: l = max(seq_len, L); b' = b * (s * l / L - (s - 1))^(d / (d - 2)), L = max_position_embeddings;
+no change until the sequence exceeds L. d is the rotary dim. Static and dynamic are different classes on
+purpose (pitfalls items 17-18).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ropekit.scaling.base import Scaling, check_number
+
+__all__ = ["NTK", "DynamicNTK"]
+
+
+def _check_dim(owner: str, rotary_dim: int) -> None:
+    if rotary_dim <= 2:
+        raise ValueError(
+            f"{owner} needs rotary_dim > 2 (the exponent is d / (d - 2)), got rotary_dim={rotary_dim}"
+        )
+
+
+@dataclass(frozen=True)
+class NTK(Scaling):
+    """Static NTK-aware base scaling: b' = b * x^(d / (d - 2)), x = ``factor`` or ``alpha`` (exactly one)."""
+
+    factor: float | None = None
+    alpha: float | None = None
+    needs_base = True
+
+    def __post_init__(self) -> None:
+        if (self.factor is None) == (self.alpha is None):
+            raise ValueError(
+                f"NTK needs exactly one of factor or alpha, got factor={self.factor!r}, alpha={self.alpha!r}"
+            )
+        name = "factor" if self.factor is not None else "alpha"
+        object.__setattr__(self, name, check_number("NTK", name, getattr(self, name), lo=1.0))
+
+    @property
+    def rope_type(self) -> str:  # type: ignore[override]
+        return "ntk_alpha" if self.alpha is not None else "ntk"
+
+    def check(self, n_bands: int, rotary_dim: int) -> None:
+        _check_dim("NTK", rotary_dim)
+
+    def effective_base(self, base: float, *, rotary_dim: int, seq_len: int | None) -> float:
+        x = self.alpha if self.alpha is not None else self.factor
+        return base * float(x) ** (rotary_dim / (rotary_dim - 2))
+
+    def to_hf(self) -> dict[str, Any]:
+        if self.alpha is not None:  # HF's model-local name; HunYuan checkpoints spell it dynamic + alpha
+            return {"rope_type": "ntk_alpha", "alpha": self.alpha}
+        return {"rope_type": "ntk", "factor": self.factor}
+
+
+@dataclass(frozen=True)
+class DynamicNTK(Scaling):
+    """Dynamic NTK: the base grows with the current length once it exceeds ``max_position_embeddings``."""
+
+    factor: float
+    max_position_embeddings: int
+    rope_type = "dynamic"
+    dynamic = True
+    needs_base = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "factor", check_number("DynamicNTK", "factor", self.factor, lo=1.0))
+        L = self.max_position_embeddings
+        if isinstance(L, bool) or not isinstance(L, int) or L < 1:
+            raise ValueError(f"DynamicNTK.max_position_embeddings must be a positive int, got {L!r}")
+
+    def check(self, n_bands: int, rotary_dim: int) -> None:
+        _check_dim("DynamicNTK", rotary_dim)
+
+    def effective_base(self, base: float, *, rotary_dim: int, seq_len: int | None) -> float:
+        L = self.max_position_embeddings
+        ln = max(seq_len if seq_len is not None else L, L)
+        return base * (self.factor * ln / L - (self.factor - 1)) ** (rotary_dim / (rotary_dim - 2))
+
+    def to_hf(self) -> dict[str, Any]:
+        return {"rope_type": "dynamic", "factor": self.factor}
