@@ -195,6 +195,15 @@ class RopeSpec:
         out = _frequencies_cpu(self, seq_len).to(dtype=dtype, copy=True)  # callers must not mutate the cache
         return out if device is None else out.to(device)
 
+    def keys_stale(self, cached_len: int, new_len: int) -> bool:
+        """True when keys cached at length ``cached_len`` must be re-rotated for ``new_len`` (dynamic schemes).
+
+        See :func:`ropekit.cache.rerotate_keys`.
+        """
+        from ropekit.cache import keys_stale
+
+        return keys_stale(self, cached_len, new_len)
+
     # ---------------------------------------------------------------- Hugging Face interop
     @classmethod
     def from_hf(
