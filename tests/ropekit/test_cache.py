@@ -15,7 +15,10 @@ L0 = 16
 SPECS = {
     "dynamic": RopeSpec(16, base=10_000.0, scaling=DynamicNTK(4.0, L0)),
     "longrope": RopeSpec(
-        16, scaling=LongRope(tuple(1.0 + 0.1 * i for i in range(8)), tuple(2.0 + 3 * i for i in range(8)), L0, factor=8.0)
+        16,
+        scaling=LongRope(
+            tuple(1.0 + 0.1 * i for i in range(8)), tuple(2.0 + 3 * i for i in range(8)), L0, factor=8.0
+        ),
     ),
 }
 

@@ -8,5 +8,12 @@
 """
 
 from ropekit.hf.config import INTERLEAVED_MODEL_TYPES, spec_from_hf, spec_to_hf
+from ropekit.hf.convert import permute_for_half, permute_for_interleaved
 
-__all__ = ["spec_from_hf", "spec_to_hf", "INTERLEAVED_MODEL_TYPES"]
+__all__ = [
+    "spec_from_hf",
+    "spec_to_hf",
+    "INTERLEAVED_MODEL_TYPES",
+    "permute_for_half",
+    "permute_for_interleaved",
+]

@@ -12,7 +12,13 @@ from ropekit.scaling import NTK, DynamicNTK, Linear, Llama3, LongRope, Yarn
 
 
 def test_gpt_neox_legacy_keys() -> None:
-    cfg = {"model_type": "gpt_neox", "hidden_size": 6144, "num_attention_heads": 64, "rotary_pct": 0.25, "rotary_emb_base": 10000}
+    cfg = {
+        "model_type": "gpt_neox",
+        "hidden_size": 6144,
+        "num_attention_heads": 64,
+        "rotary_pct": 0.25,
+        "rotary_emb_base": 10000,
+    }
     spec = RopeSpec.from_hf(cfg)
     assert (spec.head_dim, spec.rotary_dim, spec.base, spec.layout) == (96, 24, 10_000.0, "half")
     no_pct = RopeSpec.from_hf({k: v for k, v in cfg.items() if k != "rotary_pct"})
@@ -20,20 +26,49 @@ def test_gpt_neox_legacy_keys() -> None:
 
 
 def test_gptj_rotary_dim_is_interleaved_leading_slice() -> None:
-    spec = RopeSpec.from_hf({"model_type": "gptj", "n_embd": 4096, "hidden_size": 4096, "num_attention_heads": 16, "rotary_dim": 64})
+    spec = RopeSpec.from_hf(
+        {
+            "model_type": "gptj",
+            "n_embd": 4096,
+            "hidden_size": 4096,
+            "num_attention_heads": 16,
+            "rotary_dim": 64,
+        }
+    )
     assert (spec.head_dim, spec.rotary_dim, spec.layout) == (256, 64, "interleaved")
 
 
 def test_explicit_head_dim_wins_over_hidden_over_heads() -> None:
-    spec = RopeSpec.from_hf({"model_type": "mistral", "hidden_size": 5120, "num_attention_heads": 32, "head_dim": 128, "rope_theta": 1e6})
+    spec = RopeSpec.from_hf(
+        {
+            "model_type": "mistral",
+            "hidden_size": 5120,
+            "num_attention_heads": 32,
+            "head_dim": 128,
+            "rope_theta": 1e6,
+        }
+    )
     assert spec.head_dim == 128 and spec.base == 1e6
 
 
 def test_deepseek_rope_head_and_mla_yarn() -> None:
     cfg = {
-        "model_type": "deepseek_v3", "hidden_size": 7168, "num_attention_heads": 128, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
-        "max_position_embeddings": 163840, "rope_theta": 10000,
-        "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096, "type": "yarn"},
+        "model_type": "deepseek_v3",
+        "hidden_size": 7168,
+        "num_attention_heads": 128,
+        "qk_rope_head_dim": 64,
+        "qk_nope_head_dim": 128,
+        "max_position_embeddings": 163840,
+        "rope_theta": 10000,
+        "rope_scaling": {
+            "beta_fast": 32,
+            "beta_slow": 1,
+            "factor": 40,
+            "mscale": 1.0,
+            "mscale_all_dim": 1.0,
+            "original_max_position_embeddings": 4096,
+            "type": "yarn",
+        },
     }
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # mscale == mscale_all_dim is right for MLA: no warning
@@ -42,18 +77,34 @@ def test_deepseek_rope_head_and_mla_yarn() -> None:
     assert spec.attention_factor == 1.0
     from ropekit.scaling import mla_softmax_scale
 
-    assert mla_softmax_scale(192, 40.0, 1.0) == pytest.approx(192**-0.5 * 1.8739, rel=1e-4)  # rope-types.md 1.4
+    assert mla_softmax_scale(192, 40.0, 1.0) == pytest.approx(
+        192**-0.5 * 1.8739, rel=1e-4
+    )  # rope-types.md 1.4
 
 
 def test_equal_mscales_on_non_mla_model_warn() -> None:
-    cfg = {"model_type": "llama", "head_dim": 64, "rope_parameters": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096, "mscale": 1.0, "mscale_all_dim": 1.0}}
+    cfg = {
+        "model_type": "llama",
+        "head_dim": 64,
+        "rope_parameters": {
+            "rope_type": "yarn",
+            "factor": 4.0,
+            "original_max_position_embeddings": 4096,
+            "mscale": 1.0,
+            "mscale_all_dim": 1.0,
+        },
+    }
     with pytest.warns(UserWarning, match="mscale == mscale_all_dim"):
         RopeSpec.from_hf(cfg)
 
 
 PHI3_MINI_128K = {
-    "model_type": "phi3", "hidden_size": 3072, "num_attention_heads": 32, "max_position_embeddings": 131072,
-    "original_max_position_embeddings": 4096, "rope_theta": 10000.0,
+    "model_type": "phi3",
+    "hidden_size": 3072,
+    "num_attention_heads": 32,
+    "max_position_embeddings": 131072,
+    "original_max_position_embeddings": 4096,
+    "rope_theta": 10000.0,
     "rope_scaling": {"type": "su", "short_factor": [1.0] * 48, "long_factor": [1.5] * 48},
 }
 
@@ -71,17 +122,28 @@ def test_phi3_su_with_top_level_original_length() -> None:
 
 
 def test_longrope_list_length_is_checked() -> None:
-    bad = dict(PHI3_MINI_128K, rope_scaling={"type": "longrope", "short_factor": [1.0] * 47, "long_factor": [1.0] * 48})
+    bad = dict(
+        PHI3_MINI_128K,
+        rope_scaling={"type": "longrope", "short_factor": [1.0] * 47, "long_factor": [1.0] * 48},
+    )
     with pytest.raises(ValueError, match="short_factor must have rotary_dim/2 = 48 entries, got 47"):
         RopeSpec.from_hf(bad)
 
 
 GEMMA3_V4 = {
-    "model_type": "gemma3_text", "hidden_size": 2560, "num_attention_heads": 8, "head_dim": 256,
-    "rope_theta": 1_000_000.0, "rope_local_base_freq": 10_000.0, "rope_scaling": {"rope_type": "linear", "factor": 8.0},
+    "model_type": "gemma3_text",
+    "hidden_size": 2560,
+    "num_attention_heads": 8,
+    "head_dim": 256,
+    "rope_theta": 1_000_000.0,
+    "rope_local_base_freq": 10_000.0,
+    "rope_scaling": {"rope_type": "linear", "factor": 8.0},
 }
 GEMMA3_V5 = {
-    "model_type": "gemma3_text", "hidden_size": 2560, "num_attention_heads": 8, "head_dim": 256,
+    "model_type": "gemma3_text",
+    "hidden_size": 2560,
+    "num_attention_heads": 8,
+    "head_dim": 256,
     "rope_parameters": {
         "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
         "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1_000_000.0},
@@ -100,7 +162,10 @@ def test_gemma3_layer_types(cfg: dict) -> None:
 
 
 def test_nope_layer_and_unknown_layer_type() -> None:
-    cfg = {"head_dim": 64, "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1e4}, "no_rope": None}}
+    cfg = {
+        "head_dim": 64,
+        "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1e4}, "no_rope": None},
+    }
     with pytest.raises(ValueError, match="NoPE"):
         RopeSpec.from_hf(cfg, layer_type="no_rope")
     with pytest.raises(ValueError, match="'chunked' not in"):
@@ -111,9 +176,29 @@ def test_transformers_config_objects() -> None:
     pytest.importorskip("transformers")
     from transformers import Gemma3TextConfig, LlamaConfig
 
-    cfg = LlamaConfig(hidden_size=512, num_attention_heads=4, max_position_embeddings=131072, rope_parameters={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192, "rope_theta": 500000.0})
+    cfg = LlamaConfig(
+        hidden_size=512,
+        num_attention_heads=4,
+        max_position_embeddings=131072,
+        rope_parameters={
+            "rope_type": "llama3",
+            "factor": 32.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+            "rope_theta": 500000.0,
+        },
+    )
     assert RopeSpec.from_hf(cfg).scaling == Llama3(32.0, 1.0, 4.0, 8192)
-    g = Gemma3TextConfig(hidden_size=512, num_attention_heads=4, head_dim=64, rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}, "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6}})
+    g = Gemma3TextConfig(
+        hidden_size=512,
+        num_attention_heads=4,
+        head_dim=64,
+        rope_parameters={
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+        },
+    )
     assert RopeSpec.from_hf(g, layer_type="full_attention").scaling == Linear(8.0)
 
 
@@ -122,15 +207,62 @@ STRICT_ERRORS = [
     ({"rope_type": "linear", "factor": 0.5}, "factor=0.5 must be >= 1"),
     ({"rope_type": "linear", "factor": float("nan")}, "factor must be a finite number, got nan"),
     ({"rope_type": "yarn", "factor": 4.0}, "requires ['original_max_position_embeddings']"),
-    ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096, "beta_fast": 1.0, "beta_slow": 32.0}, "beta_fast=1.0 must be >= beta_slow=32.0"),
-    ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096, "beta_fast": 0}, "beta_fast=0 is invalid"),
-    ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096, "truncate": "no"}, "truncate must be true or false"),
+    (
+        {
+            "rope_type": "yarn",
+            "factor": 4.0,
+            "original_max_position_embeddings": 4096,
+            "beta_fast": 1.0,
+            "beta_slow": 32.0,
+        },
+        "beta_fast=1.0 must be >= beta_slow=32.0",
+    ),
+    (
+        {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096, "beta_fast": 0},
+        "beta_fast=0 is invalid",
+    ),
+    (
+        {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096, "truncate": "no"},
+        "truncate must be true or false",
+    ),
     ({"rope_type": "linear", "factor": 2.0, "mrope_section": [16, 24, 24]}, "unknown keys ['mrope_section']"),
-    ({"rope_type": "linear", "factr": 2.0, "factor": 2.0}, "known: ['factor', 'partial_rotary_factor', 'rope_theta', 'rope_type']"),
+    (
+        {"rope_type": "linear", "factr": 2.0, "factor": 2.0},
+        "known: ['factor', 'partial_rotary_factor', 'rope_theta', 'rope_type']",
+    ),
     ({"rope_type": "magic"}, "unknown rope_type 'magic'"),
-    ({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0, "high_freq_factor": 1.0, "original_max_position_embeddings": 8192, "rope_theta": 5e5}, "high_freq_factor=1.0 must be > low_freq_factor=4.0"),
-    ({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}, "requires ['rope_theta']"),
-    ({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 200000, "rope_theta": 5e5}, "must be < max_position_embeddings=131072"),
+    (
+        {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 4.0,
+            "high_freq_factor": 1.0,
+            "original_max_position_embeddings": 8192,
+            "rope_theta": 5e5,
+        },
+        "high_freq_factor=1.0 must be > low_freq_factor=4.0",
+    ),
+    (
+        {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        },
+        "requires ['rope_theta']",
+    ),
+    (
+        {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 200000,
+            "rope_theta": 5e5,
+        },
+        "must be < max_position_embeddings=131072",
+    ),
     ({"rope_type": "default", "rope_theta": 0.5}, "RopeSpec.base must be a finite number > 1, got 0.5"),
     ({"rope_type": "default", "partial_rotary_factor": 1.5}, "partial_rotary_factor=1.5"),
     ({"rope_type": "proportional", "rope_theta": 1e6}, "without partial_rotary_factor"),
@@ -141,7 +273,14 @@ STRICT_ERRORS = [
 @pytest.mark.parametrize("rope,message", STRICT_ERRORS)
 def test_strict_errors_name_the_key_and_value(rope: dict, message: str) -> None:
     with pytest.raises(ValueError) as info:
-        RopeSpec.from_hf({"model_type": "llama", "head_dim": 128, "max_position_embeddings": 131072, "rope_parameters": rope})
+        RopeSpec.from_hf(
+            {
+                "model_type": "llama",
+                "head_dim": 128,
+                "max_position_embeddings": 131072,
+                "rope_parameters": rope,
+            }
+        )
     assert message in str(info.value)
 
 
@@ -158,7 +297,10 @@ def test_lenient_mode_accepts_what_transformers_accepts_with_a_warning() -> None
         inv, _ = ROPE_INIT_FUNCTIONS["linear"](cfg, None, None)
     torch.testing.assert_close(spec.inv_freq(), inv, rtol=5e-7, atol=0)
     with pytest.warns(UserWarning, match="unknown keys"):
-        RopeSpec.from_hf({"head_dim": 64, "rope_parameters": {"rope_type": "default", "mrope_section": [8, 12, 12]}}, strict=False)
+        RopeSpec.from_hf(
+            {"head_dim": 64, "rope_parameters": {"rope_type": "default", "mrope_section": [8, 12, 12]}},
+            strict=False,
+        )
 
 
 ROUND_TRIP = [
