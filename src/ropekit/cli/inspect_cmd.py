@@ -12,6 +12,7 @@ import json
 import math
 from typing import Any, TextIO
 
+from ropekit.analysis.compare import compare_schemes
 from ropekit.analysis.bands import (
     band_table,
     base_bound_margin,
@@ -22,7 +23,7 @@ from ropekit.analysis.bands import (
 from ropekit.analysis.precision import phase_error
 from ropekit.spec import RopeSpec
 
-__all__ = ["run", "report"]
+__all__ = ["run", "report", "run_compare"]
 
 
 def _num(x: float | None) -> float | None:
@@ -115,4 +116,33 @@ def run(spec: RopeSpec, context: int, *, as_json: bool, out: TextIO) -> int:
     )
     w(f"      common float32 recipe (HF, Megatron, TE, torchtune) : {sm['phase_error_common_fp32']:.2e}\n")
     w(f"      ropekit                                             : {sm['phase_error_ropekit']:.2e}\n")
+    return 0
+
+
+def run_compare(
+    spec: RopeSpec, context: int, target: int, schemes: tuple[str, ...], *, as_json: bool, out: TextIO
+) -> int:
+    """``inspect --extend-to T --compare a,b``: per-band interpolation ratio theta / theta' for each scheme."""
+    rep = compare_schemes(spec, context=context, target=target, schemes=schemes)
+    if as_json:
+        json.dump(rep, out, indent=2)
+        out.write("\n")
+        return 0
+    w = out.write
+    cols = rep["schemes"]
+    w(
+        f"RoPE head_dim={spec.head_dim} rotary_dim={spec.rotary_dim} base={spec.base:g}: extending "
+        f"{rep['original_length']:,} -> {target:,} tokens (s = {rep['factor']:.4g})\n"
+        "each cell: theta / theta' for the band (1 = unchanged, s = fully interpolated)\n\n"
+    )
+    width = max(10, *(len(c) for c in cols))
+    w(f"{'band':>4}  {'wavelength':>11}  " + "  ".join(f"{c:>{width}}" for c in cols) + "\n")
+    for b in rep["bands"]:
+        wl = "inf" if b["wavelength"] is None else _fmt(b["wavelength"])
+        w(f"{b['index']:>4}  {wl:>11}  " + "  ".join(f"{_fmt(b[c]):>{width}}" for c in cols) + "\n")
+    w(
+        f"{'':>4}  {'attn factor':>11}  "
+        + "  ".join(f"{rep['attention_factor'][c]:>{width}.4f}" for c in cols)
+        + "\n"
+    )
     return 0

@@ -4,9 +4,13 @@
 from __future__ import annotations
 
 import argparse
+import json
+import signal
 import sys
+from pathlib import Path
 
 from ropekit.cli import inspect_cmd, precision_cmd
+from ropekit.presets import PRESETS, get_preset
 from ropekit.spec import LAYOUTS, RopeSpec
 
 __all__ = ["main", "build_parser", "spec_from_args"]
@@ -14,23 +18,19 @@ __all__ = ["main", "build_parser", "spec_from_args"]
 DEFAULT_HEAD_DIM = 128
 DEFAULT_BASE = 500_000.0  # Llama 3.x
 DEFAULT_CONTEXT = 131_072  # Llama 3.1's extended context
+_SPEC_FLAGS = ("head_dim", "base", "rotary_dim", "layout", "p")
 
 
 def _add_spec_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--head-dim",
-        type=int,
-        default=DEFAULT_HEAD_DIM,
-        help=f"channels per head (default {DEFAULT_HEAD_DIM})",
+        "--head-dim", type=int, default=None, help=f"channels per head (default {DEFAULT_HEAD_DIM})"
     )
-    p.add_argument(
-        "--base", type=float, default=DEFAULT_BASE, help=f"frequency base (default {DEFAULT_BASE:g})"
-    )
+    p.add_argument("--base", type=float, default=None, help=f"frequency base (default {DEFAULT_BASE:g})")
     p.add_argument(
         "--rotary-dim", type=int, default=None, help="leading channels that rotate (default: head dim)"
     )
-    p.add_argument("--layout", choices=LAYOUTS, default="half", help="channel pairing (default half)")
-    p.add_argument("--p", type=float, default=1.0, help="p-RoPE fraction of frequencies kept (default 1)")
+    p.add_argument("--layout", choices=LAYOUTS, default=None, help="channel pairing (default half)")
+    p.add_argument("--p", type=float, default=None, help="p-RoPE fraction of frequencies kept (default 1)")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
 
 
@@ -40,10 +40,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     pi = sub.add_parser("inspect", help="explain a RoPE configuration band by band at a context length")
+    pi.add_argument(
+        "target", nargs="?", default=None, help="a preset name (`ropekit presets`) or a config.json path"
+    )
     _add_spec_args(pi)
     pi.add_argument(
-        "--context", type=int, default=DEFAULT_CONTEXT, help=f"context length (default {DEFAULT_CONTEXT})"
+        "--context", type=int, default=None, help=f"context length (default {DEFAULT_CONTEXT} or the model's)"
     )
+    pi.add_argument(
+        "--layer-type", default=None, help="layer type of per-layer-type models (e.g. sliding_attention)"
+    )
+    pi.add_argument(
+        "--extend-to", type=int, default=None, help="compare scaling schemes at this target length"
+    )
+    pi.add_argument(
+        "--compare",
+        default="linear,ntk,yarn,llama3",
+        help="schemes for --extend-to (default linear,ntk,yarn,llama3)",
+    )
+    sub.add_parser("presets", help="list the embedded checkpoint presets")
     pp = sub.add_parser("precision", help="phase error of ropekit vs the common float32 recipe, by position")
     _add_spec_args(pp)
     pp.add_argument(
@@ -58,22 +73,74 @@ def build_parser() -> argparse.ArgumentParser:
 
 def spec_from_args(args: argparse.Namespace) -> RopeSpec:
     return RopeSpec(
-        head_dim=args.head_dim, base=args.base, rotary_dim=args.rotary_dim, layout=args.layout, p=args.p
+        head_dim=DEFAULT_HEAD_DIM if args.head_dim is None else args.head_dim,
+        base=DEFAULT_BASE if args.base is None else args.base,
+        rotary_dim=args.rotary_dim,
+        layout="half" if args.layout is None else args.layout,
+        p=1.0 if args.p is None else args.p,
     )
 
 
+def _target_spec(args: argparse.Namespace) -> tuple[RopeSpec, int]:
+    """Spec and default context from a preset name or a config.json path."""
+    given = [f"--{k.replace('_', '-')}" for k in _SPEC_FLAGS if getattr(args, k) is not None]
+    if given:
+        raise ValueError(
+            f"{', '.join(given)} cannot be combined with a preset or config file ({args.target!r})"
+        )
+    if args.target in PRESETS:
+        preset = get_preset(args.target)
+        return preset.spec(args.layer_type), preset.context
+    path = Path(args.target)
+    if not path.is_file():
+        raise ValueError(f"{args.target!r} is neither a preset ({', '.join(PRESETS)}) nor a config.json file")
+    cfg = json.loads(path.read_text())
+    spec = RopeSpec.from_hf(cfg, layer_type=args.layer_type)
+    return spec, int(cfg.get("max_position_embeddings") or DEFAULT_CONTEXT)
+
+
+def _list_presets() -> int:
+    width = max(map(len, PRESETS))
+    for name, p in PRESETS.items():
+        types = f"  [layer types: {', '.join(p.layer_types)}]" if p.layer_types else ""
+        print(f"{name:<{width}}  {p.description}{types}")
+    return 0
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    if args.target is not None:
+        spec, context = _target_spec(args)
+    else:
+        spec, context = spec_from_args(args), DEFAULT_CONTEXT
+    context = context if args.context is None else args.context
+    if args.extend_to is not None:
+        schemes = tuple(s.strip() for s in args.compare.split(",") if s.strip())
+        return inspect_cmd.run_compare(
+            spec, context, args.extend_to, schemes, as_json=args.json, out=sys.stdout
+        )
+    return inspect_cmd.run(spec, context, as_json=args.json, out=sys.stdout)
+
+
 def main(argv: list[str] | None = None) -> int:
+    if hasattr(signal, "SIGPIPE") and argv is None:  # `ropekit inspect | head` ends quietly
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 0
     try:
-        spec = spec_from_args(args)
+        if args.command == "presets":
+            return _list_presets()
         if args.command == "inspect":
-            return inspect_cmd.run(spec, args.context, as_json=args.json, out=sys.stdout)
+            return _inspect(args)
         return precision_cmd.run(
-            spec, args.positions, args.window, as_json=args.json, markdown=args.markdown, out=sys.stdout
+            spec_from_args(args),
+            args.positions,
+            args.window,
+            as_json=args.json,
+            markdown=args.markdown,
+            out=sys.stdout,
         )
     except ValueError as e:
         print(f"ropekit {args.command}: error: {e}", file=sys.stderr)

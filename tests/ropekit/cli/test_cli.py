@@ -88,3 +88,59 @@ def test_module_and_console_script() -> None:
         pytest.skip("console script not installed in this environment")
     r = subprocess.run([str(script)], capture_output=True, text=True, check=True, env={**os.environ})
     assert "inspect" in r.stdout and "precision" in r.stdout
+
+
+def test_presets_command_lists_them() -> None:
+    rc, out, _ = _run(["presets"])
+    assert rc == 0 and "llama-3.1-8b" in out and "gemma-3-4b" in out and "layer types" in out
+
+
+def test_inspect_preset_and_config_file(tmp_path: Path) -> None:
+    rc, out, _ = _run(["inspect", "gemma-3-4b", "--layer-type", "sliding_attention", "--json"])
+    rep = json.loads(out)
+    assert rc == 0 and rep["spec"]["base"] == 10000.0 and rep["context"] == 131072
+    cfg = tmp_path / "config.json"
+    cfg.write_text(
+        json.dumps(
+            {
+                "model_type": "llama",
+                "hidden_size": 512,
+                "num_attention_heads": 8,
+                "max_position_embeddings": 2048,
+                "rope_theta": 10000.0,
+            }
+        )
+    )
+    rc, out, _ = _run(["inspect", str(cfg), "--json"])
+    rep = json.loads(out)
+    assert rc == 0 and rep["spec"]["head_dim"] == 64 and rep["context"] == 2048
+    rc, _, err = _run(["inspect", "llama-2-7b", "--base", "5"])
+    assert rc == 2 and "--base cannot be combined" in err
+    rc, _, err = _run(["inspect", "no-such-model"])
+    assert rc == 2 and "neither a preset" in err
+
+
+def test_inspect_extend_compare() -> None:
+    rc, out, _ = _run(
+        ["inspect", "llama-2-7b", "--extend-to", "32768", "--compare", "linear,ntk,yarn,llama3", "--json"]
+    )
+    assert rc == 0
+    rep = json.loads(out)
+    assert rep["factor"] == 8.0 and rep["schemes"] == ["linear", "ntk", "yarn", "llama3"]
+    first, last = rep["bands"][0], rep["bands"][-1]
+    assert (
+        first["linear"] == pytest.approx(8) and first["yarn"] == 1 and first["llama3"] == 1
+    )  # fast band kept
+    assert (
+        last["linear"] == pytest.approx(8)
+        and last["yarn"] == pytest.approx(8)
+        and last["llama3"] == pytest.approx(8)
+    )
+    assert last["ntk"] == pytest.approx(8 ** (126 / 126), rel=1e-9)  # NTK interpolates the slowest band by ~s
+    assert rep["attention_factor"]["yarn"] == pytest.approx(0.1 * __import__("math").log(8) + 1)
+    rc, out, _ = _run(["inspect", "llama-3.1-8b", "--extend-to", "131072"])
+    assert rc == 0 and "model:Llama3" in out and "attn factor" in out
+    rc, _, err = _run(["inspect", "llama-2-7b", "--extend-to", "1000"])
+    assert rc == 2 and "below the model's original length" in err
+    rc, _, err = _run(["inspect", "llama-2-7b", "--extend-to", "8192", "--compare", "magic"])
+    assert rc == 2 and "unknown scheme 'magic'" in err
