@@ -9,6 +9,7 @@
 
 from ropekit.hf.config import INTERLEAVED_MODEL_TYPES, spec_from_hf, spec_to_hf
 from ropekit.hf.convert import permute_for_half, permute_for_interleaved
+from ropekit.hf.patch import SUPPORTED_MODEL_TYPES, RopekitRotaryEmbedding, patch
 
 __all__ = [
     "spec_from_hf",

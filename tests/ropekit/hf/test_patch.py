@@ -1,0 +1,187 @@
+"""ropekit.hf.patch: tiny random transformers models give the same logits patched and unpatched.
+
+Sequences are longer than original_max_position_embeddings so the llama3 / yarn / longrope / dynamic paths run.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+from transformers import AutoModelForCausalLM  # noqa: E402
+
+import ropekit.hf  # noqa: E402
+from ropekit.hf.patch import RopekitRotaryEmbedding  # noqa: E402
+
+# initializer_range 0.5: with HF's default 0.02 attention is almost uniform and a wrong rotation goes unseen.
+SMALL = dict(
+    vocab_size=128,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=256,
+    initializer_range=0.5,
+)
+L0 = 32  # original length: test sequences (48 tokens, then generation) go past it
+
+
+def _cfg(model_type: str, **kw):  # noqa: ANN202
+    base = {**SMALL, **kw}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return transformers.AutoConfig.for_model(model_type, **base)
+
+
+FAMILIES = {
+    "llama-llama3": lambda: _cfg(
+        "llama",
+        rope_parameters={
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": L0,
+            "rope_theta": 500000.0,
+        },
+    ),
+    "mistral-default": lambda: _cfg(
+        "mistral", rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, sliding_window=None
+    ),
+    "qwen2-yarn": lambda: _cfg(
+        "qwen2",
+        rope_parameters={
+            "rope_type": "yarn",
+            "factor": 4.0,
+            "original_max_position_embeddings": L0,
+            "rope_theta": 1e6,
+        },
+        max_position_embeddings=4 * L0,
+    ),
+    "qwen3-dynamic": lambda: _cfg(
+        "qwen3",
+        head_dim=16,
+        rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0},
+        max_position_embeddings=L0,
+    ),
+    "phi3-longrope": lambda: _cfg(
+        "phi3",
+        rope_parameters={
+            "rope_type": "longrope",
+            "short_factor": [1.0 + 0.1 * i for i in range(8)],
+            "long_factor": [2.0 + i for i in range(8)],
+            "original_max_position_embeddings": L0,
+            "rope_theta": 10000.0,
+        },
+        pad_token_id=0,
+    ),
+    "gemma2-linear": lambda: _cfg(
+        "gemma2", head_dim=16, rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}
+    ),
+    "gemma3-layer-types": lambda: _cfg(
+        "gemma3_text",
+        head_dim=16,
+        sliding_window=16,
+        layer_types=["sliding_attention", "full_attention"],
+        rope_parameters={
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+        },
+    ),
+    "gpt_neox-partial": lambda: _cfg(
+        "gpt_neox",
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+    ),
+    "phi-partial": lambda: _cfg(
+        "phi", rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}
+    ),
+}
+
+
+def _pair(name: str):  # noqa: ANN202
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = AutoModelForCausalLM.from_config(FAMILIES[name](), attn_implementation="eager").eval()
+    ours = ropekit.hf.patch(copy.deepcopy(ref))
+    return ref, ours
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_full_forward_logits_equal(name: str) -> None:
+    ref, ours = _pair(name)
+    assert any(isinstance(m, RopekitRotaryEmbedding) for m in ours.modules())
+    ids = torch.randint(0, 128, (2, 48))
+    with torch.no_grad():
+        a, b = ref(ids).logits, ours(ids).logits
+    torch.testing.assert_close(b, a, rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_generation_with_kv_cache_equal(name: str) -> None:
+    ref, ours = _pair(name)
+    ids = torch.randint(0, 128, (1, L0 - 4))  # prompt below L0, generation crosses it
+    kw = dict(
+        max_new_tokens=12, do_sample=False, output_scores=True, return_dict_in_generate=True, pad_token_id=0
+    )
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ga, gb = ref.generate(ids, **kw), ours.generate(ids, **kw)
+    assert torch.equal(ga.sequences, gb.sequences)
+    for sa, sb in zip(ga.scores, gb.scores):
+        torch.testing.assert_close(sb, sa, rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_negative_control_a_wrong_base_is_detected(name: str) -> None:
+    """The comparison above can fail: the same patch with every base off by 1% changes the logits."""
+    import dataclasses
+
+    ref, ours = _pair(name)
+    rot = next(m for m in ours.modules() if isinstance(m, RopekitRotaryEmbedding))
+    rot.specs = {k: dataclasses.replace(v, base=v.base * 1.01) for k, v in rot.specs.items()}
+    ids = torch.randint(0, 128, (2, 48))
+    with torch.no_grad():
+        assert (ours(ids).logits - ref(ids).logits).abs().max() > 1e-3
+
+
+def test_unpatched_models_of_the_family_are_untouched() -> None:
+    ref, ours = _pair("llama-llama3")
+    other = copy.deepcopy(ref)  # the family's apply function is wrapped, but this model is not patched
+    ids = torch.randint(0, 128, (1, 40))
+    with torch.no_grad():
+        torch.testing.assert_close(other(ids).logits, ref(ids).logits, rtol=0, atol=0)
+
+
+def test_bf16_patched_model_uses_float32_tables() -> None:
+    ref, ours = _pair("llama-llama3")
+    ours = ours.to(torch.bfloat16)
+    ids = torch.randint(0, 128, (1, 40))
+    with torch.no_grad():
+        out = ours(ids).logits
+    assert out.dtype == torch.bfloat16 and torch.isfinite(out).all()
+    rot = next(m for m in ours.modules() if isinstance(m, RopekitRotaryEmbedding))
+    cos, _ = rot(torch.zeros(1, dtype=torch.bfloat16), torch.arange(4).view(1, 4))
+    assert getattr(cos, "_ropekit_tables")[0].dtype == torch.float32
+
+
+def test_refuses_unsupported_families_and_bad_configs_without_modifying() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        gptj = AutoModelForCausalLM.from_config(
+            _cfg("gptj", n_embd=64, n_head=4, n_layer=1, rotary_dim=8, vocab_size=128)
+        )
+    with pytest.raises(ValueError, match="does not support model_type='gptj'"):
+        ropekit.hf.patch(gptj)
+    ref, _ = _pair("mistral-default")
+    ref.config.rope_parameters = {"rope_type": "linear", "factor": 0.5, "rope_theta": 10000.0}
+    with pytest.raises(ValueError, match="factor=0.5"):
+        ropekit.hf.patch(ref)
+    assert not any(isinstance(m, RopekitRotaryEmbedding) for m in ref.modules())
+    with pytest.raises(ValueError, match="transformers model"):
+        ropekit.hf.patch(torch.nn.Linear(2, 2))
