@@ -17,4 +17,7 @@ __all__ = [
     "INTERLEAVED_MODEL_TYPES",
     "permute_for_half",
     "permute_for_interleaved",
+    "patch",
+    "RopekitRotaryEmbedding",
+    "SUPPORTED_MODEL_TYPES",
 ]

@@ -167,7 +167,7 @@ def test_bf16_patched_model_uses_float32_tables() -> None:
     assert out.dtype == torch.bfloat16 and torch.isfinite(out).all()
     rot = next(m for m in ours.modules() if isinstance(m, RopekitRotaryEmbedding))
     cos, _ = rot(torch.zeros(1, dtype=torch.bfloat16), torch.arange(4).view(1, 4))
-    assert getattr(cos, "_ropekit_tables")[0].dtype == torch.float32
+    assert cos._ropekit_tables[0].dtype == torch.float32
 
 
 def test_refuses_unsupported_families_and_bad_configs_without_modifying() -> None:
