@@ -32,7 +32,7 @@ L0 = 32  # original length: test sequences (48 tokens, then generation) go past 
 
 
 def _cfg(model_type: str, **kw):  # noqa: ANN202
-    base = {**SMALL, **kw}
+    base = {**SMALL, **kw}  # later keys win
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return transformers.AutoConfig.for_model(model_type, **base)
@@ -99,6 +99,65 @@ FAMILIES = {
     ),
     "phi-partial": lambda: _cfg(
         "phi", rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}
+    ),
+    "gemma-default": lambda: _cfg(
+        "gemma", head_dim=16, rope_parameters={"rope_type": "default", "rope_theta": 10000.0}
+    ),
+    # explicit head_dim: with head_dim=None transformers' own yarn function fails (None * float)
+    "mixtral-yarn": lambda: _cfg(
+        "mixtral",
+        head_dim=16,
+        num_local_experts=2,
+        num_experts_per_tok=1,
+        sliding_window=None,
+        rope_parameters={
+            "rope_type": "yarn",
+            "factor": 4.0,
+            "original_max_position_embeddings": L0,
+            "rope_theta": 1e6,
+        },
+        max_position_embeddings=4 * L0,
+    ),
+    "qwen2_moe-default": lambda: _cfg(
+        "qwen2_moe",
+        num_experts=2,
+        num_experts_per_tok=1,
+        moe_intermediate_size=32,
+        shared_expert_intermediate_size=32,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e6},
+    ),
+    "qwen3_moe-linear": lambda: _cfg(
+        "qwen3_moe",
+        head_dim=16,
+        num_experts=2,
+        num_experts_per_tok=1,
+        moe_intermediate_size=32,
+        rope_parameters={"rope_type": "linear", "factor": 4.0, "rope_theta": 1e6},
+    ),
+    "stablelm-partial": lambda: _cfg(
+        "stablelm",
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+    ),
+    "starcoder2-default": lambda: _cfg(
+        "starcoder2", sliding_window=None, rope_parameters={"rope_type": "default", "rope_theta": 100000.0}
+    ),
+    "olmo2-llama3": lambda: _cfg(
+        "olmo2",
+        rope_parameters={
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": L0,
+            "rope_theta": 500000.0,
+        },
+    ),
+    # granite's multipliers amplify float32 rounding at init 0.5 (7.5e-5 before any scaling): keep its logits ~O(5)
+    "granite-dynamic": lambda: _cfg(
+        "granite",
+        initializer_range=0.3,
+        rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0},
+        max_position_embeddings=L0,
     ),
 }
 
