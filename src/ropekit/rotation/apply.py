@@ -23,7 +23,7 @@ from typing import Callable, Literal
 import torch
 
 from ropekit.phases import check_positions, rope_tables
-from ropekit.rotation import torch_backend
+from ropekit.rotation import cpu_backend, torch_backend
 from ropekit.spec import RopeSpec
 
 __all__ = ["apply_rope", "apply_rope_tables", "Format", "FORMATS", "BACKENDS"]
@@ -33,7 +33,7 @@ FORMATS: tuple[str, ...] = ("bshd", "bhsd", "thd")
 _DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 _Backend = Callable[..., torch.Tensor]
 #: name -> rotate(x, cos, sin, *, rotary_dim, layout, inplace); "auto" picks per device.
-BACKENDS: dict[str, _Backend] = {"torch": torch_backend.rotate}
+BACKENDS: dict[str, _Backend] = {"torch": torch_backend.rotate, "cpu": cpu_backend.rotate}
 
 
 def _layout_str(fmt: str) -> str:
@@ -156,22 +156,20 @@ def _broadcast_table(t: torch.Tensor, fmt: str) -> torch.Tensor:
     return t.unsqueeze(2) if fmt == "bshd" else t.unsqueeze(1)  # [b, s, 1, n] or [b, 1, s, n]
 
 
-def _pick_backend(backend: str, device: torch.device) -> _Backend:
+def _pick_backend(backend: str, x: torch.Tensor) -> _Backend:
     if backend == "auto":
-        return BACKENDS["torch"]
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be 'auto' or one of {sorted(BACKENDS)}, got {backend!r}")
+        return BACKENDS["cpu"] if cpu_backend.supports(x) else BACKENDS["torch"]
     return BACKENDS[backend]
 
 
 def _rotate_pair(q, k, cos, sin, spec, fmt, inplace, backend):  # noqa: ANN001, ANN202
-    fn = _pick_backend(backend, q.device)
     r, layout = int(spec.rotary_dim), spec.layout
     outs = []
     for x in (q, k):
         if x is None:
             outs.append(None)
             continue
+        fn = _pick_backend(backend, x)
         tdt = torch.float64 if x.dtype == torch.float64 else torch.float32
         c, s = _broadcast_table(cos.to(tdt), fmt), _broadcast_table(sin.to(tdt), fmt)
         outs.append(fn(x, c, s, rotary_dim=r, layout=layout, inplace=inplace))

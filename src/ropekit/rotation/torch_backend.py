@@ -1,15 +1,13 @@
 # SPDX-License-Identifier: MIT
-"""Pure-PyTorch rotation backend (every device, every dtype), with an explicit autograd rule.
+"""Pure-PyTorch rotation backend (every device, every dtype; the fallback of the fused backends).
 
 For band i with channels (x, y) and phase phi (seed 004 section 3.4):
 
     x' = x cos(phi) - y sin(phi),    y' = y cos(phi) + x sin(phi)
 
 computed in float32 (float64 for float64 inputs) from float32 tables and rounded once to the input dtype.
-Channels past ``rotary_dim`` pass through unchanged (in place they are not touched at all).
-
-Backward: a rotation is orthogonal, so the gradient of x' = R(phi) x is R(phi)^T g = R(-phi) g -- the same
-rotation with the sine negated. Only the tables are saved, never the activations.
+Channels past ``rotary_dim`` pass through unchanged (in place they are not touched at all). Autograd: see
+:mod:`ropekit.rotation.autograd`.
 
 Shapes: ... leading dims, r rotary_dim, n = r // 2; ``cos``/``sin`` broadcast against x[..., :n].
 """
@@ -18,7 +16,9 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["rotate"]
+from ropekit.rotation.autograd import make_rotate
+
+__all__ = ["rotate", "raw_rotate"]
 
 
 def _rotate_into(
@@ -42,9 +42,11 @@ def _rotate_into(
     dst_b.copy_(out_b)
 
 
-def _rotate_raw(
-    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, r: int, layout: str, inplace: bool
+def raw_rotate(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, r: int, layout: str, inplace: bool, sign: int = 1
 ) -> torch.Tensor:
+    if sign < 0:
+        sin = -sin
     if inplace:
         _rotate_into(x, x, cos, sin, r, layout)
         return x
@@ -55,35 +57,4 @@ def _rotate_raw(
     return out
 
 
-class _Rotate(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, cos, sin, r, layout, inplace):  # type: ignore[override]
-        out = _rotate_raw(x, cos, sin, r, layout, inplace)
-        if inplace:
-            ctx.mark_dirty(x)
-        ctx.save_for_backward(cos, sin)
-        ctx.r, ctx.layout = r, layout
-        return out
-
-    @staticmethod
-    def backward(ctx, grad):  # type: ignore[override]
-        cos, sin = ctx.saved_tensors
-        # d/dx [R(phi) x] applied to grad is R(phi)^T grad = R(-phi) grad: the same op, sine negated.
-        return _Rotate.apply(grad, cos, -sin, ctx.r, ctx.layout, False), None, None, None, None, None
-
-
-def rotate(
-    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, rotary_dim: int, layout: str, inplace: bool
-) -> torch.Tensor:
-    """Rotate the first ``rotary_dim`` channels of x by the tabulated phases. Inputs are assumed validated.
-
-    Args:
-        x: [..., d] float tensor.
-        cos, sin: tables broadcastable to [..., rotary_dim // 2] (float32, or float64 for float64 x).
-        rotary_dim: even number of leading channels that rotate.
-        layout: "half" or "interleaved".
-        inplace: write into x's storage and return x.
-    """
-    if torch.is_grad_enabled() and x.requires_grad:
-        return _Rotate.apply(x, cos, sin, rotary_dim, layout, inplace)
-    return _rotate_raw(x, cos, sin, rotary_dim, layout, inplace)
+rotate = make_rotate(raw_rotate, "torch")

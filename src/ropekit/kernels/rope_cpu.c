@@ -1,0 +1,140 @@
+// SPDX-License-Identifier: MIT
+// ropekit's fused CPU RoPE kernel: each element of x is read once and written once (in place: only the first
+// rotary_dim channels of each row are touched). Storage float32 / bfloat16 / float16, math in float32,
+// float32 cos/sin tables. x is seen as [d0, d1, d2, D] with arbitrary element strides for the three leading dims
+// and unit stride on the last; the table as [d0, d1, d2, n] with stride 0 on broadcast dims.
+// Band i rotates the pair (x_i, y_i): x' = x c - y s, y' = y c + x s, where (x_i, y_i) = (i, i + n) in the half
+// layout and (2i, 2i + 1) in the interleaved one. sign = -1 rotates by the negative angle (the backward).
+#include <stdint.h>
+#include <string.h>
+#if defined(__F16C__) && defined(__AVX__)
+#include <immintrin.h>
+#define ROPEKIT_F16C 1
+#endif
+
+#define R __restrict__
+typedef float f32;
+typedef uint16_t bf16;
+typedef uint16_t f16;  // IEEE half stored as bits
+
+static inline f32 load_f32(const f32 *p) { return *p; }
+static inline void store_f32(f32 *p, f32 v) { *p = v; }
+static inline f32 load_bf16(const bf16 *p) { uint32_t u = ((uint32_t)*p) << 16; f32 f; memcpy(&f, &u, 4); return f; }
+static inline void store_bf16(bf16 *p, f32 f) {
+    uint32_t u; memcpy(&u, &f, 4);
+    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;  // round to nearest even
+    const uint32_t qnan = (u >> 16) | 0x40u;
+    *p = (bf16)(((u & 0x7fffffffu) > 0x7f800000u) ? qnan : rounded);  // branch-free select: vectorizes
+}
+static inline f32 load_f16(const f16 *p) { _Float16 h; memcpy(&h, p, 2); return (f32)h; }
+static inline void store_f16(f16 *p, f32 v) { _Float16 h = (_Float16)v; memcpy(p, &h, 2); }
+
+// One row, half layout. In place: a single pointer (no aliasing question); copy: restrict in/out.
+#define ROW_FUNCS(T, LOAD, STORE)                                                                              \
+static inline void half_inplace_##T(T *x, const f32 *R c, const f32 *R s, int64_t n, f32 sg) {                 \
+    for (int64_t i = 0; i < n; ++i) {                                                                          \
+        const f32 a = LOAD(x + i), b = LOAD(x + n + i), si = sg * s[i];                                        \
+        STORE(x + i, a * c[i] - b * si);                                                                       \
+        STORE(x + n + i, b * c[i] + a * si);                                                                   \
+    }                                                                                                          \
+}                                                                                                              \
+static inline void half_copy_##T(T *R o, const T *R x, const f32 *R c, const f32 *R s, int64_t n, f32 sg) {    \
+    for (int64_t i = 0; i < n; ++i) {                                                                          \
+        const f32 a = LOAD(x + i), b = LOAD(x + n + i), si = sg * s[i];                                        \
+        STORE(o + i, a * c[i] - b * si);                                                                       \
+        STORE(o + n + i, b * c[i] + a * si);                                                                   \
+    }                                                                                                          \
+}                                                                                                              \
+static inline void inter_row_##T(T *o, const T *x, const f32 *R c, const f32 *R s, int64_t n, f32 sg) {        \
+    for (int64_t i = 0; i < n; ++i) {                                                                          \
+        const f32 a = LOAD(x + 2 * i), b = LOAD(x + 2 * i + 1), si = sg * s[i];                                \
+        STORE(o + 2 * i, a * c[i] - b * si);                                                                   \
+        STORE(o + 2 * i + 1, b * c[i] + a * si);                                                               \
+    }                                                                                                          \
+}
+
+ROW_FUNCS(f32, load_f32, store_f32)
+ROW_FUNCS(bf16, load_bf16, store_bf16)
+ROW_FUNCS(f16, load_f16, store_f16)
+
+#ifdef ROPEKIT_F16C
+// float16 half layout with F16C conversions, 8 lanes at a time (o may equal x).
+static inline void half_f16c(f16 *o, const f16 *x, const f32 *R c, const f32 *R s, int64_t n, f32 sg) {
+    const __m256 vsg = _mm256_set1_ps(sg);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 a = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i)));
+        const __m256 b = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + n + i)));
+        const __m256 ci = _mm256_loadu_ps(c + i), si = _mm256_mul_ps(vsg, _mm256_loadu_ps(s + i));
+        const __m256 lo = _mm256_sub_ps(_mm256_mul_ps(a, ci), _mm256_mul_ps(b, si));
+        const __m256 hi = _mm256_add_ps(_mm256_mul_ps(b, ci), _mm256_mul_ps(a, si));
+        _mm_storeu_si128((__m128i *)(o + i), _mm256_cvtps_ph(lo, _MM_FROUND_TO_NEAREST_INT));
+        _mm_storeu_si128((__m128i *)(o + n + i), _mm256_cvtps_ph(hi, _MM_FROUND_TO_NEAREST_INT));
+    }
+    for (; i < n; ++i) {
+        const f32 a = load_f16(x + i), b = load_f16(x + n + i), si = sg * s[i];
+        store_f16(o + i, a * c[i] - b * si);
+        store_f16(o + n + i, b * c[i] + a * si);
+    }
+}
+#endif
+
+// Constant band counts let the compiler unroll the row completely (the common head dims).
+#define DISPATCH_N(CALL, n)                                                                                    \
+    switch (n) {                                                                                               \
+        case 16: CALL(16); break;                                                                              \
+        case 32: CALL(32); break;                                                                              \
+        case 64: CALL(64); break;                                                                              \
+        case 128: CALL(128); break;                                                                            \
+        default: CALL(n); break;                                                                               \
+    }
+
+#define ROPE_KERNEL(NAME, T, HALF_INPLACE, HALF_COPY)                                                           \
+void NAME(T *out, const T *x, int64_t d0, int64_t d1, int64_t d2, int64_t D,                                    \
+          int64_t xs0, int64_t xs1, int64_t xs2, int64_t os0, int64_t os1, int64_t os2,                         \
+          const f32 *cosp, const f32 *sinp, int64_t ts0, int64_t ts1, int64_t ts2,                               \
+          int64_t r, int interleaved, int sign, int nthreads) {                                                 \
+    const int64_t n = r / 2;                                                                                   \
+    const int inplace = (out == x);                                                                            \
+    const f32 sg = (f32)sign;                                                                                  \
+    const int par = nthreads > 1 && d0 * d1 * d2 * D >= 65536;                                                  \
+    _Pragma("omp parallel for collapse(2) schedule(static) num_threads(nthreads) if (par)")                    \
+    for (int64_t i0 = 0; i0 < d0; ++i0) {                                                                      \
+        for (int64_t i1 = 0; i1 < d1; ++i1) {                                                                  \
+            for (int64_t i2 = 0; i2 < d2; ++i2) {                                                              \
+                const T *xr = x + i0 * xs0 + i1 * xs1 + i2 * xs2;                                              \
+                T *orow = out + i0 * os0 + i1 * os1 + i2 * os2;                                                \
+                const f32 *c = cosp + i0 * ts0 + i1 * ts1 + i2 * ts2;                                          \
+                const f32 *s = sinp + i0 * ts0 + i1 * ts1 + i2 * ts2;                                          \
+                if (interleaved) {                                                                             \
+                    inter_row_##T(orow, xr, c, s, n, sg);                                                      \
+                } else if (inplace) {                                                                          \
+                    _Pragma("GCC diagnostic push")                                                             \
+                    DISPATCH_N(HALF_INPLACE, n)                                                                \
+                    _Pragma("GCC diagnostic pop")                                                              \
+                } else {                                                                                       \
+                    DISPATCH_N(HALF_COPY, n)                                                                   \
+                }                                                                                              \
+                if (!inplace && D > r) memcpy(orow + r, xr + r, (size_t)(D - r) * sizeof(T));                  \
+            }                                                                                                  \
+        }                                                                                                      \
+    }                                                                                                          \
+}
+
+#define F32_IN(N) half_inplace_f32(orow, c, s, N, sg)
+#define F32_CP(N) half_copy_f32(orow, xr, c, s, N, sg)
+#define BF16_IN(N) half_inplace_bf16(orow, c, s, N, sg)
+#define BF16_CP(N) half_copy_bf16(orow, xr, c, s, N, sg)
+#ifdef ROPEKIT_F16C
+#define F16_IN(N) half_f16c(orow, orow, c, s, N, sg)
+#define F16_CP(N) half_f16c(orow, xr, c, s, N, sg)
+#else
+#define F16_IN(N) half_inplace_f16(orow, c, s, N, sg)
+#define F16_CP(N) half_copy_f16(orow, xr, c, s, N, sg)
+#endif
+
+ROPE_KERNEL(ropekit_rope_f32, f32, F32_IN, F32_CP)
+ROPE_KERNEL(ropekit_rope_bf16, bf16, BF16_IN, BF16_CP)
+ROPE_KERNEL(ropekit_rope_f16, f16, F16_IN, F16_CP)
+
+int ropekit_abi_version(void) { return 1; }

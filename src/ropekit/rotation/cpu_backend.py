@@ -1,0 +1,94 @@
+# SPDX-License-Identifier: MIT
+"""Fused CPU backend: ropekit's C kernel (``ropekit/kernels/rope_cpu.c``), multi-threaded with OpenMP.
+
+Each element of q and k is read and written once; in place, the pass-through channels of partial rotary are not
+touched; out of place they are copied in the same pass. Any strides on the leading dims are accepted as they are
+(bshd, bhsd, thd, views into a fused qkv buffer, transposed views): no hidden ``.contiguous()``. A tensor whose
+last dim is not contiguous (stride != 1), float64 tensors and non-CPU tensors go to the pure-PyTorch backend
+instead (never a silent copy). Math in float32 from float32 tables; storage float32, bfloat16 or float16.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ropekit.kernels import cpu_build
+from ropekit.rotation import torch_backend
+from ropekit.rotation.autograd import make_rotate
+
+__all__ = ["rotate", "raw_rotate", "supports"]
+
+_FN = {
+    torch.float32: "ropekit_rope_f32",
+    torch.bfloat16: "ropekit_rope_bf16",
+    torch.float16: "ropekit_rope_f16",
+}
+
+
+def supports(x: torch.Tensor) -> bool:
+    """Whether the fused kernel handles x (else the PyTorch backend does)."""
+    return (
+        x.device.type == "cpu"
+        and x.dtype in _FN
+        and x.dim() in (3, 4)
+        and x.stride(-1) == 1
+        and not x.is_conj()
+        and cpu_build.load() is not None
+    )
+
+
+def _lead(t: torch.Tensor, like: torch.Tensor) -> tuple[list[int], list[int]]:
+    """Sizes and element strides of the leading dims of t broadcast to like (stride 0 where broadcast)."""
+    pad = like.dim() - t.dim()
+    sizes, strides = [], []
+    for j in range(like.dim() - 1):
+        tj = j - pad
+        size = 1 if tj < 0 else t.shape[tj]
+        strides.append(0 if tj < 0 or size == 1 else t.stride(tj))
+        sizes.append(like.shape[j])
+    return sizes, strides
+
+
+def raw_rotate(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, r: int, layout: str, inplace: bool, sign: int = 1
+) -> torch.Tensor:
+    if not supports(x):
+        return torch_backend.raw_rotate(x, cos, sin, r, layout, inplace, sign)
+    lib = cpu_build.load()
+    cos = cos if cos.dtype == torch.float32 and cos.stride(-1) == 1 else cos.float().contiguous()
+    sin = sin if sin.dtype == torch.float32 and sin.stride(-1) == 1 else sin.float().contiguous()
+    if cos.stride() != sin.stride():
+        cos, sin = cos.contiguous(), sin.contiguous()
+    out = x if inplace else torch.empty_like(x)
+    dims, ts = _lead(cos, x)
+    xs, os_ = list(x.stride()[:-1]), list(out.stride()[:-1])
+    if x.dim() == 3:  # thd: a leading dim of 1
+        dims, xs, os_, ts = [1, *dims], [0, *xs], [0, *os_], [0, *ts]
+    order = sorted(range(3), key=lambda j: -xs[j])  # walk memory in order: outermost stride first
+    d, xs, os_, ts = (
+        [dims[j] for j in order],
+        [xs[j] for j in order],
+        [os_[j] for j in order],
+        [ts[j] for j in order],
+    )
+    getattr(lib, _FN[x.dtype])(
+        out.data_ptr(),
+        x.data_ptr(),
+        d[0],
+        d[1],
+        d[2],
+        x.shape[-1],
+        *xs,
+        *os_,
+        cos.data_ptr(),
+        sin.data_ptr(),
+        *ts,
+        r,
+        int(layout == "interleaved"),
+        int(sign),
+        torch.get_num_threads(),
+    )
+    return out
+
+
+rotate = make_rotate(raw_rotate, "cpu")

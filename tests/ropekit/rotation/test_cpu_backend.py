@@ -1,0 +1,133 @@
+"""The fused CPU kernel: identical to the PyTorch backend, every layout/format/dtype/stride, and its fallbacks."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from ropekit import RopeSpec, apply_rope, apply_rope_tables, rope_tables
+from ropekit.kernels import cpu_build
+from ropekit.rotation import cpu_backend
+from tests.oracles import TOL, reference_rope
+
+pytestmark = pytest.mark.skipif(
+    cpu_build.load() is None, reason="no C compiler: the fused CPU kernel is unavailable"
+)
+
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+
+
+def _x(fmt: str, b: int, s: int, h: int, d: int, dtype: torch.dtype) -> torch.Tensor:
+    shape = {"bshd": (b, s, h, d), "bhsd": (b, h, s, d), "thd": (s, h, d)}[fmt]
+    return (torch.rand(shape, dtype=torch.float64) * 2 - 1).to(dtype)
+
+
+@pytest.mark.parametrize(
+    "dtype,layout,fmt,inplace,rot",
+    list(
+        itertools.product(DTYPES, ["half", "interleaved"], ["bshd", "bhsd", "thd"], [False, True], [None, 16])
+    ),
+)
+def test_identical_to_the_pytorch_backend(dtype, layout, fmt, inplace, rot) -> None:  # noqa: ANN001
+    spec = RopeSpec(64, base=500_000.0, rotary_dim=rot, layout=layout)
+    b = 1 if fmt == "thd" else 2
+    q, k = _x(fmt, b, 37, 6, 64, dtype), _x(fmt, b, 37, 2, 64, dtype)
+    pos = torch.randint(0, 10**6, (37,)) if fmt == "thd" else torch.randint(0, 10**6, (b, 37))
+    ref = apply_rope(q.clone(), k.clone(), pos, spec, format=fmt, backend="torch")
+    qi, ki = q.clone(), k.clone()
+    got = apply_rope(qi, ki, pos, spec, format=fmt, backend="cpu", inplace=inplace)
+    # same float32 operations in the same order (no FMA contraction): bit-identical results
+    assert torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1])
+    if inplace:
+        assert got[0] is qi and torch.equal(qi[..., spec.rotary_dim :], q[..., spec.rotary_dim :])
+    torch.testing.assert_close(
+        got[0].double(), reference_rope(q, pos, spec, format=fmt), rtol=0, atol=TOL[dtype]
+    )
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_strided_views_without_copies(dtype: torch.dtype) -> None:
+    spec = RopeSpec(32, rotary_dim=24)
+    qkv = (torch.rand(2, 9, (4 + 2 + 2) * 32) * 2 - 1).to(dtype)
+    before = qkv.clone()
+    q = qkv[..., : 4 * 32].view(2, 9, 4, 32)
+    k = qkv[..., 4 * 32 : 6 * 32].view(2, 9, 2, 32).transpose(1, 2)  # a bhsd view of bshd storage
+    assert cpu_backend.supports(q) and cpu_backend.supports(k)
+    pos = torch.arange(9) + 77
+    apply_rope(q, None, pos, spec, inplace=True, backend="cpu")
+    apply_rope(k, None, pos, spec, format="bhsd", inplace=True, backend="cpu")
+    ref_q = reference_rope(before[..., : 4 * 32].view(2, 9, 4, 32), pos, spec)
+    ref_k = reference_rope(before[..., 4 * 32 : 6 * 32].view(2, 9, 2, 32), pos, spec)
+    torch.testing.assert_close(qkv[..., : 4 * 32].view(2, 9, 4, 32).double(), ref_q, rtol=0, atol=TOL[dtype])
+    torch.testing.assert_close(
+        qkv[..., 4 * 32 : 6 * 32].view(2, 9, 2, 32).double(), ref_k, rtol=0, atol=TOL[dtype]
+    )
+    assert torch.equal(qkv[..., 6 * 32 :], before[..., 6 * 32 :])  # v untouched
+
+
+def test_non_unit_last_stride_falls_back_to_pytorch() -> None:
+    x = torch.randn(2, 5, 3, 64)[..., ::2]
+    assert not cpu_backend.supports(x)
+    spec = RopeSpec(32)
+    out, _ = apply_rope(x, None, torch.arange(5), spec, backend="cpu")
+    torch.testing.assert_close(out.double(), reference_rope(x, torch.arange(5), spec), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_backward_through_the_kernel(dtype: torch.dtype) -> None:
+    spec = RopeSpec(32, rotary_dim=16, layout="interleaved")
+    pos = torch.tensor([[1, 50, 7_000_000]])
+    x = torch.randn(1, 3, 2, 32, dtype=dtype, requires_grad=True)
+    g = torch.randn(1, 3, 2, 32, dtype=dtype)
+    (gx,) = torch.autograd.grad(apply_rope(x, None, pos, spec, backend="cpu")[0], x, g)
+    torch.testing.assert_close(gx.double(), reference_rope(g, -pos, spec), rtol=0, atol=TOL[dtype] * 2)
+
+
+def test_tables_api_and_decode_shape() -> None:
+    spec = RopeSpec(128, base=500_000.0)
+    q, k = torch.randn(32, 32, 1, 128), torch.randn(32, 8, 1, 128)
+    pos = torch.randint(0, 100_000, (32, 1))
+    cos, sin = rope_tables(pos, spec)
+    a = apply_rope_tables(q.clone(), k.clone(), cos, sin, spec, format="bhsd", backend="cpu")
+    b = apply_rope_tables(q.clone(), k.clone(), cos, sin, spec, format="bhsd", backend="torch")
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+def _probe(env: dict[str, str]) -> dict:
+    code = (
+        "import json, warnings, torch\n"
+        "with warnings.catch_warnings(record=True) as w:\n"
+        "    warnings.simplefilter('always')\n"
+        "    from ropekit.kernels import cpu_build\n"
+        "    import ropekit\n"
+        "    x = torch.randn(1, 4, 2, 16); out, _ = ropekit.apply_rope(x, None, torch.arange(4), ropekit.RopeSpec(16))\n"
+        "    out2, _ = ropekit.apply_rope(x, None, torch.arange(4), ropekit.RopeSpec(16))\n"
+        "info = cpu_build.build_info()\n"
+        "print(json.dumps({'available': info.available, 'built': info.built, 'reason': info.reason,\n"
+        "                  'warnings': [str(m.message) for m in w if 'ropekit' in str(m.message)]}))\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, **env}, check=True
+    )
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_build_is_cached_across_processes(tmp_path) -> None:  # noqa: ANN001
+    first = _probe({"ROPEKIT_CACHE_DIR": str(tmp_path)})
+    second = _probe({"ROPEKIT_CACHE_DIR": str(tmp_path)})
+    assert first["available"] and first["built"] and second["available"] and not second["built"]
+    assert len(list(tmp_path.glob("rope_cpu-*.so"))) == 1
+
+
+def test_without_a_compiler_it_falls_back_with_one_message(tmp_path) -> None:  # noqa: ANN001
+    res = _probe({"ROPEKIT_CACHE_DIR": str(tmp_path), "CC": "", "PATH": str(tmp_path)})
+    assert not res["available"] and "no C compiler" in res["reason"]
+    assert len(res["warnings"]) == 1 and "pure-PyTorch backend" in res["warnings"][0]
+    res = _probe({"ROPEKIT_DISABLE_CPU_KERNEL": "1"})
+    assert not res["available"] and "disabled" in res["reason"]
