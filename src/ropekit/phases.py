@@ -57,7 +57,12 @@ def check_positions(positions: object, name: str = "positions") -> torch.Tensor:
         raise ValueError(
             f"{name} requires grad, but ropekit does not differentiate with respect to positions"
         )
-    if dt in _EXACT_FLOAT_DTYPES and positions.device.type != "meta" and positions.numel():
+    if (
+        dt in _EXACT_FLOAT_DTYPES
+        and positions.device.type != "meta"
+        and positions.numel()
+        and not torch.compiler.is_compiling()
+    ):
         if not bool(torch.isfinite(positions).all()):
             bad = positions[~torch.isfinite(positions)].flatten()[0].item()
             raise ValueError(f"{name} must be finite, found {bad!r}")
@@ -117,7 +122,7 @@ def rope_tables(
     factor = spec.attention_factor
     with torch.autocast(device_type=work.type, enabled=False):
         pos = positions.to(work)
-        if pos.dtype in _INT_DTYPES and pos.numel() > _UNIQUE_THRESHOLD:
+        if pos.dtype in _INT_DTYPES and pos.numel() > _UNIQUE_THRESHOLD and not torch.compiler.is_compiling():
             uniq, inverse = torch.unique(pos, return_inverse=True)
             cos, sin = _tables_from_angles(uniq.to(torch.float64), freqs, factor, dtype)
             cos, sin = cos[inverse], sin[inverse]

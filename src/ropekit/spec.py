@@ -169,7 +169,10 @@ class RopeSpec:
         Returns:
             [n] float64 tensor.
         """
-        out = _frequencies_cpu(self, seq_len).clone()
+        fn = (
+            _frequencies_cpu.__wrapped__ if torch.compiler.is_compiling() else _frequencies_cpu
+        )  # dynamo: no cache
+        out = fn(self, seq_len).clone()
         return out if device is None else out.to(device)
 
     def inv_freq(

@@ -116,7 +116,11 @@ def _setup(lib: ctypes.CDLL) -> ctypes.CDLL:
             ctypes.c_int,
         ]
         fn.restype = None
-    if lib.ropekit_abi_version() != 1:
+    for name in ("ropekit_plan_f32", "ropekit_plan_bf16", "ropekit_plan_f16"):
+        fn = getattr(lib, name)
+        fn.argtypes = [P, P, P, P, P, P, P]
+        fn.restype = None
+    if lib.ropekit_abi_version() != 2:
         raise RuntimeError("stale kernel library (ABI mismatch)")
     return lib
 

@@ -79,14 +79,32 @@ static inline void half_f16c(f16 *o, const f16 *x, const f32 *R c, const f32 *R 
 }
 #endif
 
-// Constant band counts let the compiler unroll the row completely (the common head dims).
-#define DISPATCH_N(CALL, n)                                                                                    \
+// The loop nest over rows; BODY sees orow, xr, c, s. Parallel over the two outer dims.
+#define LOOPS(T, BODY)                                                                                         \
+    _Pragma("omp parallel for schedule(static) num_threads(nthreads) if (par)")                                \
+    for (int64_t ij = 0; ij < d0 * d1; ++ij) {                                                                 \
+        const int64_t i0 = ij / d1, i1 = ij % d1;                                                              \
+        const T *xb = x + i0 * xs0 + i1 * xs1;                                                                 \
+        T *ob = out + i0 * os0 + i1 * os1;                                                                     \
+        const int64_t tb = i0 * ts0 + i1 * ts1;                                                                \
+        for (int64_t i2 = 0; i2 < d2; ++i2) {                                                                  \
+            const T *xr = xb + i2 * xs2;                                                                       \
+            T *orow = ob + i2 * os2;                                                                           \
+            const f32 *c = cosp + tb + i2 * ts2, *s = sinp + tb + i2 * ts2;                                    \
+            (void)xr; (void)c; (void)s;                                                                        \
+            BODY;                                                                                              \
+        }                                                                                                      \
+    }
+
+// Every case gets its own loop nest, with the band count and the sign as compile-time constants where common,
+// so that the row is fully unrolled and nothing is decided per row.
+#define CASES_N(T, CALL, SG)                                                                                   \
     switch (n) {                                                                                               \
-        case 16: CALL(16); break;                                                                              \
-        case 32: CALL(32); break;                                                                              \
-        case 64: CALL(64); break;                                                                              \
-        case 128: CALL(128); break;                                                                            \
-        default: CALL(n); break;                                                                               \
+        case 16: LOOPS(T, CALL(16, SG)); break;                                                                \
+        case 32: LOOPS(T, CALL(32, SG)); break;                                                                \
+        case 64: LOOPS(T, CALL(64, SG)); break;                                                                \
+        case 128: LOOPS(T, CALL(128, SG)); break;                                                              \
+        default: LOOPS(T, CALL(n, SG)); break;                                                                 \
     }
 
 #define ROPE_KERNEL(NAME, T, HALF_INPLACE, HALF_COPY)                                                           \
@@ -96,45 +114,51 @@ void NAME(T *out, const T *x, int64_t d0, int64_t d1, int64_t d2, int64_t D,    
           int64_t r, int interleaved, int sign, int nthreads) {                                                 \
     const int64_t n = r / 2;                                                                                   \
     const int inplace = (out == x);                                                                            \
-    const f32 sg = (f32)sign;                                                                                  \
     const int par = nthreads > 1 && d0 * d1 * d2 * D >= 65536;                                                  \
-    _Pragma("omp parallel for collapse(2) schedule(static) num_threads(nthreads) if (par)")                    \
-    for (int64_t i0 = 0; i0 < d0; ++i0) {                                                                      \
-        for (int64_t i1 = 0; i1 < d1; ++i1) {                                                                  \
-            for (int64_t i2 = 0; i2 < d2; ++i2) {                                                              \
-                const T *xr = x + i0 * xs0 + i1 * xs1 + i2 * xs2;                                              \
-                T *orow = out + i0 * os0 + i1 * os1 + i2 * os2;                                                \
-                const f32 *c = cosp + i0 * ts0 + i1 * ts1 + i2 * ts2;                                          \
-                const f32 *s = sinp + i0 * ts0 + i1 * ts1 + i2 * ts2;                                          \
-                if (interleaved) {                                                                             \
-                    inter_row_##T(orow, xr, c, s, n, sg);                                                      \
-                } else if (inplace) {                                                                          \
-                    _Pragma("GCC diagnostic push")                                                             \
-                    DISPATCH_N(HALF_INPLACE, n)                                                                \
-                    _Pragma("GCC diagnostic pop")                                                              \
-                } else {                                                                                       \
-                    DISPATCH_N(HALF_COPY, n)                                                                   \
-                }                                                                                              \
-                if (!inplace && D > r) memcpy(orow + r, xr + r, (size_t)(D - r) * sizeof(T));                  \
-            }                                                                                                  \
-        }                                                                                                      \
+    if (interleaved) {                                                                                         \
+        const f32 sg = (f32)sign;                                                                              \
+        LOOPS(T, inter_row_##T(orow, inplace ? orow : xr, c, s, n, sg));                                       \
+    } else if (inplace) {                                                                                      \
+        if (sign > 0) { CASES_N(T, HALF_INPLACE, 1.0f) } else { CASES_N(T, HALF_INPLACE, -1.0f) }              \
+    } else {                                                                                                   \
+        if (sign > 0) { CASES_N(T, HALF_COPY, 1.0f) } else { CASES_N(T, HALF_COPY, -1.0f) }                    \
+    }                                                                                                          \
+    if (!inplace && D > r) {                                                                                   \
+        LOOPS(T, memcpy(orow + r, xr + r, (size_t)(D - r) * sizeof(T)));                                       \
     }                                                                                                          \
 }
 
-#define F32_IN(N) half_inplace_f32(orow, c, s, N, sg)
-#define F32_CP(N) half_copy_f32(orow, xr, c, s, N, sg)
-#define BF16_IN(N) half_inplace_bf16(orow, c, s, N, sg)
-#define BF16_CP(N) half_copy_bf16(orow, xr, c, s, N, sg)
+#define F32_IN(N, SG) half_inplace_f32(orow, c, s, N, SG)
+#define F32_CP(N, SG) half_copy_f32(orow, xr, c, s, N, SG)
+#define BF16_IN(N, SG) half_inplace_bf16(orow, c, s, N, SG)
+#define BF16_CP(N, SG) half_copy_bf16(orow, xr, c, s, N, SG)
 #ifdef ROPEKIT_F16C
-#define F16_IN(N) half_f16c(orow, orow, c, s, N, sg)
-#define F16_CP(N) half_f16c(orow, xr, c, s, N, sg)
+#define F16_IN(N, SG) half_f16c(orow, orow, c, s, N, SG)
+#define F16_CP(N, SG) half_f16c(orow, xr, c, s, N, SG)
 #else
-#define F16_IN(N) half_inplace_f16(orow, c, s, N, sg)
-#define F16_CP(N) half_copy_f16(orow, xr, c, s, N, sg)
+#define F16_IN(N, SG) half_inplace_f16(orow, c, s, N, SG)
+#define F16_CP(N, SG) half_copy_f16(orow, xr, c, s, N, SG)
 #endif
 
 ROPE_KERNEL(ropekit_rope_f32, f32, F32_IN, F32_CP)
 ROPE_KERNEL(ropekit_rope_bf16, bf16, BF16_IN, BF16_CP)
 ROPE_KERNEL(ropekit_rope_f16, f16, F16_IN, F16_CP)
 
-int ropekit_abi_version(void) { return 1; }
+// One call for q and k with a prepared plan (the low-latency decode path): plan = [count, D, r, interleaved,
+// sign, nthreads, then per tensor: d0, d1, d2, xs0, xs1, xs2, os0, os1, os2, ts0, ts1, ts2].
+#define ROPE_PLAN(NAME, T, KERNEL)                                                                              \
+void NAME(T *q_out, const T *q, T *k_out, const T *k, const f32 *cosp, const f32 *sinp, const int64_t *p) {    \
+    T *outs[2] = {q_out, k_out};                                                                               \
+    const T *ins[2] = {q, k};                                                                                  \
+    for (int64_t j = 0; j < p[0]; ++j) {                                                                       \
+        const int64_t *t = p + 6 + 12 * j;                                                                     \
+        KERNEL(outs[j], ins[j], t[0], t[1], t[2], p[1], t[3], t[4], t[5], t[6], t[7], t[8], cosp, sinp,        \
+               t[9], t[10], t[11], p[2], (int)p[3], (int)p[4], (int)p[5]);                                     \
+    }                                                                                                          \
+}
+
+ROPE_PLAN(ropekit_plan_f32, f32, ropekit_rope_f32)
+ROPE_PLAN(ropekit_plan_bf16, bf16, ropekit_rope_bf16)
+ROPE_PLAN(ropekit_plan_f16, f16, ropekit_rope_f16)
+
+int ropekit_abi_version(void) { return 2; }

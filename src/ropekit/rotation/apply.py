@@ -23,7 +23,7 @@ from typing import Callable, Literal
 import torch
 
 from ropekit.phases import check_positions, rope_tables
-from ropekit.rotation import cpu_backend, torch_backend
+from ropekit.rotation import cpu_backend, fastpath, torch_backend
 from ropekit.spec import RopeSpec
 
 __all__ = ["apply_rope", "apply_rope_tables", "Format", "FORMATS", "BACKENDS"]
@@ -143,7 +143,7 @@ def _validate(q, k, positions, spec, fmt, inplace, backend) -> None:  # noqa: AN
         _check_inplace_target("q", q)
         if k is not None:
             _check_inplace_target("k", k)
-            if _share_elements(q, k):
+            if not torch.compiler.is_compiling() and _share_elements(q, k):
                 raise ValueError("inplace=True but q and k share memory; they would be rotated twice")
 
 
@@ -162,16 +162,40 @@ def _pick_backend(backend: str, x: torch.Tensor) -> _Backend:
     return BACKENDS[backend]
 
 
-def _rotate_pair(q, k, cos, sin, spec, fmt, inplace, backend):  # noqa: ANN001, ANN202
+def _rotate_pair(q, k, cos, sin, spec, fmt, inplace, backend, fast_key=None):  # noqa: ANN001, ANN202
     r, layout = int(spec.rotary_dim), spec.layout
+    compiling = torch.compiler.is_compiling()
+    if (
+        not compiling
+        and backend in ("auto", "cpu")
+        and cos.dtype == torch.float32
+        and q.dtype != torch.float64
+    ):
+        plan = fastpath.build(
+            fast_key, spec, q, k, _broadcast_table(cos, fmt), _broadcast_table(sin, fmt), r, layout, inplace
+        )
+        if plan is not None:
+            return plan(q, k, cos, sin)
     outs = []
     for x in (q, k):
         if x is None:
             outs.append(None)
             continue
-        fn = _pick_backend(backend, x)
         tdt = torch.float64 if x.dtype == torch.float64 else torch.float32
         c, s = _broadcast_table(cos.to(tdt), fmt), _broadcast_table(sin.to(tdt), fmt)
+        if compiling:  # registered custom ops: no graph break under torch.compile
+            from ropekit.rotation import ops
+
+            il = layout == "interleaved"
+            if inplace and not x.requires_grad:
+                ops.rotate_inplace_op(x, c, s, r, il, 1)
+                outs.append(x)
+            elif inplace:
+                outs.append(x.copy_(ops.rotate_op(x, c, s, r, il, 1)))
+            else:
+                outs.append(ops.rotate_op(x, c, s, r, il, 1))
+            continue
+        fn = _pick_backend(backend, x)
         outs.append(fn(x, c, s, rotary_dim=r, layout=layout, inplace=inplace))
     return outs[0], outs[1]
 
@@ -235,7 +259,18 @@ def apply_rope_tables(
 
     Args:
         cos, sin: float32 or float64 tables of shape [s, n] or [b, s, n] ([t, n] for "thd"), n = rotary_dim // 2.
+
+    Repeated calls with the same geometry (decoding) take a prepared one-call path: see
+    :mod:`ropekit.rotation.fastpath`.
     """
+    fast_key = (
+        None
+        if torch.compiler.is_compiling()
+        else fastpath.key(q, k, cos, sin, spec, format, inplace, backend)
+    )
+    plan = fastpath.lookup(fast_key, spec)
+    if plan is not None:
+        return plan(q, k, cos, sin)
     _validate(q, k, None, spec, format, inplace, backend)
     b, s = _batch_seq(q, format)
     n = spec.n_bands
@@ -251,4 +286,4 @@ def apply_rope_tables(
             )
         if t.device != q.device:
             raise ValueError(f"{name} is on {t.device} but q is on {q.device}")
-    return _rotate_pair(q, k, cos, sin, spec, format, inplace, backend)
+    return _rotate_pair(q, k, cos, sin, spec, format, inplace, backend, fast_key)

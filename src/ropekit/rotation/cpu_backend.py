@@ -10,18 +10,25 @@ instead (never a silent copy). Math in float32 from float32 tables; storage floa
 
 from __future__ import annotations
 
+import ctypes
+
 import torch
 
 from ropekit.kernels import cpu_build
 from ropekit.rotation import torch_backend
 from ropekit.rotation.autograd import make_rotate
 
-__all__ = ["rotate", "raw_rotate", "supports"]
+__all__ = ["rotate", "raw_rotate", "supports", "Plan", "plannable"]
 
 _FN = {
     torch.float32: "ropekit_rope_f32",
     torch.bfloat16: "ropekit_rope_bf16",
     torch.float16: "ropekit_rope_f16",
+}
+_PLAN_FN = {
+    torch.float32: "ropekit_plan_f32",
+    torch.bfloat16: "ropekit_plan_bf16",
+    torch.float16: "ropekit_plan_f16",
 }
 
 
@@ -49,46 +56,98 @@ def _lead(t: torch.Tensor, like: torch.Tensor) -> tuple[list[int], list[int]]:
     return sizes, strides
 
 
+def _geometry(x: torch.Tensor, out: torch.Tensor, cos: torch.Tensor) -> list[int]:
+    """[d0, d1, d2, xs0, xs1, xs2, os0, os1, os2, ts0, ts1, ts2] in memory order (outermost stride first)."""
+    dims, ts = _lead(cos, x)
+    xs, os_ = list(x.stride()[:-1]), list(out.stride()[:-1])
+    if x.dim() == 3:  # thd: a leading dim of 1
+        dims, xs, os_, ts = [1, *dims], [0, *xs], [0, *os_], [0, *ts]
+    order = sorted(range(3), key=lambda j: -xs[j])
+    return (
+        [dims[j] for j in order] + [xs[j] for j in order] + [os_[j] for j in order] + [ts[j] for j in order]
+    )
+
+
+def _tables(cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    cos = cos if cos.dtype == torch.float32 and cos.stride(-1) == 1 else cos.float().contiguous()
+    sin = sin if sin.dtype == torch.float32 and sin.stride(-1) == 1 else sin.float().contiguous()
+    if cos.stride() != sin.stride():
+        cos, sin = cos.contiguous(), sin.contiguous()
+    return cos, sin
+
+
 def raw_rotate(
     x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, r: int, layout: str, inplace: bool, sign: int = 1
 ) -> torch.Tensor:
     if not supports(x):
         return torch_backend.raw_rotate(x, cos, sin, r, layout, inplace, sign)
     lib = cpu_build.load()
-    cos = cos if cos.dtype == torch.float32 and cos.stride(-1) == 1 else cos.float().contiguous()
-    sin = sin if sin.dtype == torch.float32 and sin.stride(-1) == 1 else sin.float().contiguous()
-    if cos.stride() != sin.stride():
-        cos, sin = cos.contiguous(), sin.contiguous()
+    cos, sin = _tables(cos, sin)
     out = x if inplace else torch.empty_like(x)
-    dims, ts = _lead(cos, x)
-    xs, os_ = list(x.stride()[:-1]), list(out.stride()[:-1])
-    if x.dim() == 3:  # thd: a leading dim of 1
-        dims, xs, os_, ts = [1, *dims], [0, *xs], [0, *os_], [0, *ts]
-    order = sorted(range(3), key=lambda j: -xs[j])  # walk memory in order: outermost stride first
-    d, xs, os_, ts = (
-        [dims[j] for j in order],
-        [xs[j] for j in order],
-        [os_[j] for j in order],
-        [ts[j] for j in order],
-    )
+    g = _geometry(x, out, cos)
     getattr(lib, _FN[x.dtype])(
         out.data_ptr(),
         x.data_ptr(),
-        d[0],
-        d[1],
-        d[2],
+        *g[:3],
         x.shape[-1],
-        *xs,
-        *os_,
+        *g[3:9],
         cos.data_ptr(),
         sin.data_ptr(),
-        *ts,
+        *g[9:],
         r,
         int(layout == "interleaved"),
         int(sign),
         torch.get_num_threads(),
     )
     return out
+
+
+class Plan:
+    """A prepared call rotating q (and k) in one C call: the low-latency path for repeated shapes (decoding)."""
+
+    __slots__ = ("fn", "args", "inplace", "two")
+
+    def __init__(
+        self, q: torch.Tensor, k: torch.Tensor | None, cos: torch.Tensor, r: int, layout: str, inplace: bool
+    ) -> None:
+        lib = cpu_build.load()
+        self.fn = getattr(lib, _PLAN_FN[q.dtype])
+        self.inplace, self.two = inplace, k is not None
+        vals = [
+            2 if k is not None else 1,
+            q.shape[-1],
+            r,
+            int(layout == "interleaved"),
+            1,
+            torch.get_num_threads(),
+        ]
+        for x in (q, k) if k is not None else (q,):
+            vals += _geometry(x, x if inplace else torch.empty_like(x), cos)
+        self.args = (ctypes.c_int64 * len(vals))(*vals)
+
+    def __call__(self, q, k, cos, sin):  # noqa: ANN001, ANN204
+        qo = q if self.inplace else torch.empty_like(q)
+        ko = k if (self.inplace or k is None) else torch.empty_like(k)
+        self.fn(
+            qo.data_ptr(),
+            q.data_ptr(),
+            0 if k is None else ko.data_ptr(),
+            0 if k is None else k.data_ptr(),
+            cos.data_ptr(),
+            sin.data_ptr(),
+            self.args,
+        )
+        return qo, ko
+
+
+def plannable(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> bool:
+    return (
+        supports(x)
+        and cos.dtype == torch.float32
+        and sin.dtype == torch.float32
+        and cos.stride(-1) == 1
+        and cos.stride() == sin.stride()
+    )
 
 
 rotate = make_rotate(raw_rotate, "cpu")

@@ -1,0 +1,80 @@
+# SPDX-License-Identifier: MIT
+"""Low-latency path for repeated calls with the same tensor geometry (decoding: every layer, every step).
+
+The first call with a given geometry is validated in full and, when the fused CPU kernel applies, leaves a
+prepared :class:`ropekit.rotation.cpu_backend.Plan` keyed by everything validation looked at: the spec (by
+identity), format, in-place flag, backend, and the dtype/device/shape/strides of q, k, cos and sin, plus whether q
+and k share storage and at which relative offset. A later call with an equal key skips the Python checks (they
+would give the same answer) and makes one C call. Calls that need autograd, or run under torch.compile, never take
+this path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ropekit.rotation import cpu_backend
+
+__all__ = ["key", "lookup", "build"]
+
+_PLANS: dict[tuple[Any, ...], tuple[object, cpu_backend.Plan]] = {}
+_MAX = 256
+
+
+def key(q, k, cos, sin, spec, fmt, inplace, backend) -> tuple[Any, ...] | None:  # noqa: ANN001
+    """The geometry key, or None when the fast path cannot apply (autograd, compile, non-tensors)."""
+    try:
+        if torch.is_grad_enabled() and (q.requires_grad or (k is not None and k.requires_grad)):
+            return None
+        kk = None
+        if k is not None:
+            same = q.untyped_storage().data_ptr() == k.untyped_storage().data_ptr()
+            kk = (
+                k.dtype,
+                k.device,
+                k.shape,
+                k.stride(),
+                (q.storage_offset() - k.storage_offset()) if same else None,
+            )
+        return (
+            id(spec),
+            fmt,
+            inplace,
+            backend,
+            q.dtype,
+            q.device,
+            q.shape,
+            q.stride(),
+            cos.dtype,
+            cos.device,
+            cos.shape,
+            cos.stride(),
+            sin.dtype,
+            sin.shape,
+            sin.stride(),
+            kk,
+        )
+    except (AttributeError, TypeError, RuntimeError):
+        return None
+
+
+def lookup(k: tuple[Any, ...] | None, spec: object) -> cpu_backend.Plan | None:
+    hit = _PLANS.get(k) if k is not None else None
+    return hit[1] if hit is not None and hit[0] is spec else None
+
+
+def build(k: tuple[Any, ...] | None, spec, q, kt, cos_b, sin_b, r, layout, inplace):  # noqa: ANN001, ANN201
+    """A plan for validated arguments (cos_b/sin_b: the broadcast tables), or None if the kernel does not apply."""
+    if k is None or (kt is not None and kt.dtype != q.dtype):
+        return None
+    if not cpu_backend.plannable(q, cos_b, sin_b) or (
+        kt is not None and not cpu_backend.plannable(kt, cos_b, sin_b)
+    ):
+        return None
+    plan = cpu_backend.Plan(q, kt, cos_b, r, layout, inplace)
+    if len(_PLANS) >= _MAX:
+        _PLANS.clear()
+    _PLANS[k] = (spec, plan)  # the spec object is kept alive, so its id cannot be reused while the key lives
+    return plan

@@ -1,0 +1,75 @@
+# SPDX-License-Identifier: MIT
+"""ropekit's rotation as registered torch custom ops, so ``torch.compile(fullgraph=True)`` sees no graph break.
+
+``ropekit::rotate`` (out of place, differentiable: its backward is the same op with the opposite sign) and
+``ropekit::rotate_`` (in place, mutates x). Both dispatch to the best backend for the tensor (fused CPU kernel,
+Triton on GPUs, PyTorch otherwise) and have fake implementations for tracing. :func:`ropekit.apply_rope` routes
+through them while compiling; in eager mode it calls the backends directly (no dispatcher overhead).
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["rotate_op", "rotate_inplace_op", "backend_raw"]
+
+
+def backend_raw(x: torch.Tensor):  # noqa: ANN201
+    """The raw kernel of the best backend for x."""
+    from ropekit.rotation import cpu_backend, torch_backend
+
+    if cpu_backend.supports(x):
+        return cpu_backend.raw_rotate
+    if x.device.type == "cuda":
+        from ropekit.rotation import triton_backend
+
+        if triton_backend.supports(x):
+            return triton_backend.raw_rotate
+    return torch_backend.raw_rotate
+
+
+@torch.library.custom_op("ropekit::rotate", mutates_args=())
+def rotate_op(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary_dim: int, interleaved: bool, sign: int
+) -> torch.Tensor:
+    layout = "interleaved" if interleaved else "half"
+    return backend_raw(x)(x, cos, sin, rotary_dim, layout, False, sign)
+
+
+@rotate_op.register_fake
+def _rotate_fake(x, cos, sin, rotary_dim, interleaved, sign):  # noqa: ANN001, ANN202
+    return torch.empty_like(x)
+
+
+def _setup_context(ctx, inputs, output) -> None:  # noqa: ANN001
+    _, cos, sin, rotary_dim, interleaved, sign = inputs
+    ctx.save_for_backward(cos, sin)
+    ctx.rotary_dim, ctx.interleaved, ctx.sign = rotary_dim, interleaved, sign
+
+
+def _backward(ctx, grad):  # noqa: ANN001, ANN202
+    cos, sin = ctx.saved_tensors
+    return (
+        rotate_op(grad.contiguous(), cos, sin, ctx.rotary_dim, ctx.interleaved, -ctx.sign),
+        None,
+        None,
+        None,
+        None,
+        None,
+    )
+
+
+rotate_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+@torch.library.custom_op("ropekit::rotate_", mutates_args=("x",))
+def rotate_inplace_op(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary_dim: int, interleaved: bool, sign: int
+) -> None:
+    layout = "interleaved" if interleaved else "half"
+    backend_raw(x)(x, cos, sin, rotary_dim, layout, True, sign)
+
+
+@rotate_inplace_op.register_fake
+def _rotate_inplace_fake(x, cos, sin, rotary_dim, interleaved, sign) -> None:  # noqa: ANN001
+    return None
