@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from ropekit.phases import check_positions, rope_tables
-from ropekit.rotation.apply import FORMATS, Format, _rotate_pair, _validate
+from ropekit.rotation.apply import FORMATS, Format, _batch_seq, _validate, apply_rope_tables
 from ropekit.spec import RopeSpec
 
 __all__ = ["Rotary"]
@@ -136,13 +136,21 @@ class Rotary(nn.Module):
         Returns:
             (q_rot, k_rot), k_rot None when k is None.
         """
-        _validate(q, k, positions, self.spec, self.format, inplace, "auto")
+        check_positions(positions)
+        if not isinstance(q, torch.Tensor) or q.dim() != (3 if self.format == "thd" else 4):
+            _validate(q, k, positions, self.spec, self.format, inplace, "auto")  # raises the precise error
+        b, s = _batch_seq(q, self.format)
+        ok = positions.shape in ((s,), (1, s), (b, s)) if self.format != "thd" else positions.shape == (s,)
+        if not ok:
+            _validate(q, k, positions, self.spec, self.format, inplace, "auto")  # raises the precise error
         pos = positions
         if self.format != "thd" and pos.dim() == 2 and pos.shape[0] == 1:
             pos = pos.reshape(-1)
         cos, sin = self.tables(pos)
-        cos, sin = cos.to(q.device), sin.to(q.device)
-        return _rotate_pair(q, k, cos, sin, self.spec, self.format, inplace, "auto")
+        # validates q, k and the tables (or reuses a validated geometry: the decode fast path)
+        return apply_rope_tables(
+            q, k, cos.to(q.device), sin.to(q.device), self.spec, format=self.format, inplace=inplace
+        )
 
     def extra_repr(self) -> str:
         s = self.spec

@@ -59,6 +59,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="schemes for --extend-to (default linear,ntk,yarn,llama3)",
     )
     sub.add_parser("presets", help="list the embedded checkpoint presets")
+    pb = sub.add_parser("bench", help="time ropekit's backends against the memory floor and the peers")
+    pb.add_argument("--quick", action="store_true", help="a reduced matrix that finishes in under a minute")
+    pb.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    pb.add_argument(
+        "--device", choices=("cpu", "cuda"), default="cpu", help="device to benchmark (default cpu)"
+    )
+    pb.add_argument(
+        "--rounds", type=int, default=None, help="timed rounds per implementation (default 5 quick, 15 full)"
+    )
     pp = sub.add_parser("precision", help="phase error of ropekit vs the common float32 recipe, by position")
     _add_spec_args(pp)
     pp.add_argument(
@@ -121,6 +130,20 @@ def _inspect(args: argparse.Namespace) -> int:
     return inspect_cmd.run(spec, context, as_json=args.json, out=sys.stdout)
 
 
+def _bench(args: argparse.Namespace) -> int:
+    from ropekit import bench
+
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError("--device cuda: no CUDA device is available")
+    progress = None if args.json else (lambda name: print(f"... {name}", file=sys.stderr, flush=True))
+    report = bench.run(quick=args.quick, device=args.device, rounds=args.rounds, progress=progress)
+    print(json.dumps(report, indent=2) if args.json else bench.format_table(report))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     if hasattr(signal, "SIGPIPE") and argv is None:  # `ropekit inspect | head` ends quietly
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
@@ -134,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
             return _list_presets()
         if args.command == "inspect":
             return _inspect(args)
+        if args.command == "bench":
+            return _bench(args)
         return precision_cmd.run(
             spec_from_args(args),
             args.positions,
