@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import os
 
-import pytest
 import torch
-from hypothesis import HealthCheck, settings
+
+if (
+    not torch.cuda.is_available()
+):  # Triton kernels run on the CPU through the interpreter (set before any import)
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
 
 settings.register_profile(
     "ci",

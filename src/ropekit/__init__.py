@@ -5,6 +5,7 @@ Public API:
     RopeSpec            frozen description of a RoPE configuration (frequencies, partial rotation, layout, phase map)
     apply_rope          rotate q and k at explicit per-token positions
     apply_rope_tables   the same with precomputed cos/sin tables
+    apply_rope_varlen   packed documents ("thd") from cu_seqlens
     rope_tables         exact cos/sin tables for any positions
     Rotary              nn.Module for attention layers (float32 cache immune to dtype casts)
     positions_*         builders of explicit position ids (offsets, padding masks, packed documents)
@@ -16,6 +17,7 @@ from ropekit.module import Rotary
 from ropekit.phases import rope_tables
 from ropekit.positions import positions_from_cu_seqlens, positions_from_mask, positions_with_offset
 from ropekit.rotation.apply import apply_rope, apply_rope_tables
+from ropekit.rotation.varlen import apply_rope_varlen
 from ropekit.spec import RopeSpec
 
 __version__ = "0.1.0"
@@ -24,6 +26,7 @@ __all__ = [
     "RopeSpec",
     "apply_rope",
     "apply_rope_tables",
+    "apply_rope_varlen",
     "rope_tables",
     "Rotary",
     "positions_with_offset",

@@ -116,8 +116,7 @@ void NAME(T *out, const T *x, int64_t d0, int64_t d1, int64_t d2, int64_t D,    
     const int inplace = (out == x);                                                                            \
     const int par = nthreads > 1 && d0 * d1 * d2 * D >= 65536;                                                  \
     if (interleaved) {                                                                                         \
-        const f32 sg = (f32)sign;                                                                              \
-        LOOPS(T, inter_row_##T(orow, inplace ? orow : xr, c, s, n, sg));                                       \
+        if (sign > 0) { CASES_N(T, INTER_##T, 1.0f) } else { CASES_N(T, INTER_##T, -1.0f) }                    \
     } else if (inplace) {                                                                                      \
         if (sign > 0) { CASES_N(T, HALF_INPLACE, 1.0f) } else { CASES_N(T, HALF_INPLACE, -1.0f) }              \
     } else {                                                                                                   \
@@ -128,6 +127,9 @@ void NAME(T *out, const T *x, int64_t d0, int64_t d1, int64_t d2, int64_t D,    
     }                                                                                                          \
 }
 
+#define INTER_f32(N, SG) inter_row_f32(orow, inplace ? orow : xr, c, s, N, SG)
+#define INTER_bf16(N, SG) inter_row_bf16(orow, inplace ? orow : xr, c, s, N, SG)
+#define INTER_f16(N, SG) inter_row_f16(orow, inplace ? orow : xr, c, s, N, SG)
 #define F32_IN(N, SG) half_inplace_f32(orow, c, s, N, SG)
 #define F32_CP(N, SG) half_copy_f32(orow, xr, c, s, N, SG)
 #define BF16_IN(N, SG) half_inplace_bf16(orow, c, s, N, SG)

@@ -18,12 +18,13 @@ untouched.
 
 from __future__ import annotations
 
-from typing import Callable, Literal
+from typing import Literal
 
 import torch
 
 from ropekit.phases import check_positions, rope_tables
-from ropekit.rotation import cpu_backend, fastpath, torch_backend
+from ropekit.rotation import fastpath
+from ropekit.rotation.dispatch import BACKENDS, _check_backend, _fused_triton, _pick_backend
 from ropekit.spec import RopeSpec
 
 __all__ = ["apply_rope", "apply_rope_tables", "Format", "FORMATS", "BACKENDS"]
@@ -31,9 +32,6 @@ __all__ = ["apply_rope", "apply_rope_tables", "Format", "FORMATS", "BACKENDS"]
 Format = Literal["bshd", "bhsd", "thd"]
 FORMATS: tuple[str, ...] = ("bshd", "bhsd", "thd")
 _DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
-_Backend = Callable[..., torch.Tensor]
-#: name -> rotate(x, cos, sin, *, rotary_dim, layout, inplace); "auto" picks per device.
-BACKENDS: dict[str, _Backend] = {"torch": torch_backend.rotate, "cpu": cpu_backend.rotate}
 
 
 def _layout_str(fmt: str) -> str:
@@ -115,6 +113,8 @@ def _check_inplace_target(name: str, x: torch.Tensor) -> None:
 def _validate(q, k, positions, spec, fmt, inplace, backend) -> None:  # noqa: ANN001
     if backend != "auto" and backend not in BACKENDS:
         raise ValueError(f"backend must be 'auto' or one of {sorted(BACKENDS)}, got {backend!r}")
+    if isinstance(q, torch.Tensor):
+        _check_backend(backend, q)
     if not isinstance(spec, RopeSpec):
         raise TypeError(f"spec must be a ropekit.RopeSpec, got {type(spec).__name__}")
     if fmt not in FORMATS:
@@ -156,12 +156,6 @@ def _broadcast_table(t: torch.Tensor, fmt: str) -> torch.Tensor:
     return t.unsqueeze(2) if fmt == "bshd" else t.unsqueeze(1)  # [b, s, 1, n] or [b, 1, s, n]
 
 
-def _pick_backend(backend: str, x: torch.Tensor) -> _Backend:
-    if backend == "auto":
-        return BACKENDS["cpu"] if cpu_backend.supports(x) else BACKENDS["torch"]
-    return BACKENDS[backend]
-
-
 def _rotate_pair(q, k, cos, sin, spec, fmt, inplace, backend, fast_key=None):  # noqa: ANN001, ANN202
     r, layout = int(spec.rotary_dim), spec.layout
     compiling = torch.compiler.is_compiling()
@@ -176,6 +170,10 @@ def _rotate_pair(q, k, cos, sin, spec, fmt, inplace, backend, fast_key=None):  #
         )
         if plan is not None:
             return plan(q, k, cos, sin)
+    if not compiling and cos.dtype == torch.float32:
+        fused = _fused_triton(q, k, cos, sin, spec, fmt, inplace, backend)
+        if fused is not None:
+            return fused
     outs = []
     for x in (q, k):
         if x is None:

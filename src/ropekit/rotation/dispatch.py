@@ -1,0 +1,90 @@
+# SPDX-License-Identifier: MIT
+"""Backend selection: which kernel rotates a given tensor.
+
+"auto" picks the fused CPU kernel for CPU tensors (:mod:`ropekit.rotation.cpu_backend`), Triton for CUDA tensors
+(:mod:`ropekit.rotation.triton_backend`, q and k in one launch when no autograd is needed) and the PyTorch backend
+otherwise or where a kernel cannot take the tensor (a last dim that is not contiguous, float64). An explicit
+backend that cannot run on the tensor's device is refused before anything is written.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from ropekit.rotation import cpu_backend, torch_backend
+
+__all__ = ["BACKENDS"]
+
+_Backend = Callable[..., torch.Tensor]
+
+
+def _triton_rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, **kw: object) -> torch.Tensor:
+    from ropekit.rotation import triton_backend  # lazy: importing triton is slow and optional
+
+    return triton_backend.rotate(x, cos, sin, **kw)
+
+
+#: name -> rotate(x, cos, sin, *, rotary_dim, layout, inplace). "auto" picks the fused CPU kernel for CPU tensors,
+#: Triton for CUDA tensors, and the PyTorch backend otherwise (or where a kernel cannot take the tensor's strides).
+BACKENDS: dict[str, _Backend] = {
+    "torch": torch_backend.rotate,
+    "cpu": cpu_backend.rotate,
+    "triton": _triton_rotate,
+}
+
+
+def _check_backend(backend: str, x: torch.Tensor) -> None:
+    """Refuse an explicit backend that cannot run on x's device (before anything is written)."""
+    if backend == "cpu" and x.device.type != "cpu":
+        raise ValueError(f"backend='cpu' needs CPU tensors, got q on {x.device}")
+    if backend == "triton":
+        from ropekit.rotation import triton_backend
+
+        if not triton_backend.available():
+            raise ValueError("backend='triton' needs the triton package (pip install 'ropekit[triton]')")
+        if x.device.type != "cuda" and not (x.device.type == "cpu" and triton_backend._interpret()):
+            raise ValueError(
+                f"backend='triton' needs CUDA tensors (or TRITON_INTERPRET=1 on the CPU), got q on {x.device}"
+            )
+
+
+def _pick_backend(backend: str, x: torch.Tensor) -> _Backend:
+    if backend == "auto":
+        if cpu_backend.supports(x):
+            return BACKENDS["cpu"]
+        if x.device.type == "cuda":
+            from ropekit.rotation import triton_backend
+
+            if triton_backend.supports(x):
+                return BACKENDS["triton"]
+        return BACKENDS["torch"]
+    return BACKENDS[backend]
+
+
+def _to_bshd(x: torch.Tensor, fmt: str) -> torch.Tensor:
+    return x.transpose(1, 2) if fmt == "bhsd" else x
+
+
+def _fused_triton(q, k, cos, sin, spec, fmt, inplace, backend):  # noqa: ANN001, ANN202
+    """q and k in one Triton launch (CUDA, no autograd); None when it does not apply."""
+    if k is None or backend not in ("auto", "triton") or q.dtype != k.dtype or q.dtype == torch.float64:
+        return None
+    if q.device.type != "cuda" and backend != "triton":
+        return None
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad):
+        return None
+    from ropekit.rotation import triton_backend
+
+    if not (triton_backend.supports(q) and triton_backend.supports(k)):
+        return None
+    c, s = (
+        t if t.dim() == 2 and fmt == "thd" else (t if t.dim() == 3 else t.unsqueeze(0)) for t in (cos, sin)
+    )
+    qo, ko = triton_backend.rotate_qk(
+        _to_bshd(q, fmt), _to_bshd(k, fmt), c, s, int(spec.rotary_dim), spec.layout, inplace
+    )
+    if inplace:
+        return q, k
+    return _to_bshd(qo, fmt), _to_bshd(ko, fmt)

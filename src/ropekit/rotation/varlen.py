@@ -1,0 +1,49 @@
+# SPDX-License-Identifier: MIT
+"""Packed variable-length batches ("thd"): documents concatenated along the token axis, flash-attn's varlen layout.
+
+``apply_rope_varlen(q, k, cu_seqlens, spec)`` rotates every document from position 0 (plus an optional per-document
+offset, e.g. each document's cache length), which is :func:`ropekit.apply_rope` with
+:func:`ropekit.positions_from_cu_seqlens` positions -- per-document positions, never global ones (pitfalls item 38).
+
+Shapes: t total tokens, h heads, d head dim, n documents; cu_seqlens [n + 1].
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ropekit.positions import positions_from_cu_seqlens
+from ropekit.rotation.apply import apply_rope
+from ropekit.spec import RopeSpec
+
+__all__ = ["apply_rope_varlen"]
+
+
+def apply_rope_varlen(
+    q: torch.Tensor,
+    k: torch.Tensor | None,
+    cu_seqlens: torch.Tensor,
+    spec: RopeSpec,
+    *,
+    offsets: torch.Tensor | None = None,
+    inplace: bool = False,
+    backend: str = "auto",
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Rotate packed documents [t, h, d]; document j's tokens get positions offsets[j] + 0, 1, ...
+
+    Raises:
+        ValueError: if cu_seqlens does not end at t (= q.shape[0]) or offsets is not [n] integers.
+    """
+    pos = positions_from_cu_seqlens(cu_seqlens)
+    if not isinstance(q, torch.Tensor) or q.dim() != 3 or pos.numel() != q.shape[0]:
+        shape = tuple(q.shape) if isinstance(q, torch.Tensor) else type(q).__name__
+        raise ValueError(
+            f"cu_seqlens ends at {pos.numel()} tokens but q must be [tokens, heads, head_dim] with that many, got {shape}"
+        )
+    if offsets is not None:
+        n = cu_seqlens.numel() - 1
+        if not isinstance(offsets, torch.Tensor) or offsets.shape != (n,) or offsets.is_floating_point():
+            raise ValueError(f"offsets must be an integer tensor of shape ({n},), got {offsets!r}")
+        lens = (cu_seqlens[1:] - cu_seqlens[:-1]).to(torch.int64)
+        pos = pos + torch.repeat_interleave(offsets.to(torch.int64).to(pos.device), lens.to(pos.device))
+    return apply_rope(q, k, pos.to(q.device), spec, format="thd", inplace=inplace, backend=backend)
