@@ -57,6 +57,25 @@ ROW_FUNCS(f32, load_f32, store_f32)
 ROW_FUNCS(bf16, load_bf16, store_bf16)
 ROW_FUNCS(f16, load_f16, store_f16)
 
+// bfloat16 interleaved: a pair (x_2i, x_2i+1) is one little-endian 32-bit word (x_2i in the low half), so the
+// deinterleave is two shifts and the loop stays contiguous (it vectorizes; stride-2 16-bit accesses do not).
+static inline uint32_t bf16_bits(f32 f) {
+    uint32_t u; memcpy(&u, &f, 4);
+    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const uint32_t qnan = (u >> 16) | 0x40u;
+    return ((u & 0x7fffffffu) > 0x7f800000u) ? qnan : rounded;
+}
+static inline void inter_words_bf16(bf16 *o, const bf16 *x, const f32 *R c, const f32 *R s, int64_t n, f32 sg) {
+    for (int64_t i = 0; i < n; ++i) {
+        uint32_t w; memcpy(&w, x + 2 * i, 4);
+        const uint32_t ua = w << 16, ub = w & 0xffff0000u;
+        f32 a, b; memcpy(&a, &ua, 4); memcpy(&b, &ub, 4);
+        const f32 si = sg * s[i];
+        const uint32_t out = (bf16_bits(b * c[i] + a * si) << 16) | bf16_bits(a * c[i] - b * si);
+        memcpy(o + 2 * i, &out, 4);
+    }
+}
+
 #ifdef ROPEKIT_F16C
 // float16 half layout with F16C conversions, 8 lanes at a time (o may equal x).
 static inline void half_f16c(f16 *o, const f16 *x, const f32 *R c, const f32 *R s, int64_t n, f32 sg) {
@@ -128,7 +147,7 @@ void NAME(T *out, const T *x, int64_t d0, int64_t d1, int64_t d2, int64_t D,    
 }
 
 #define INTER_f32(N, SG) inter_row_f32(orow, inplace ? orow : xr, c, s, N, SG)
-#define INTER_bf16(N, SG) inter_row_bf16(orow, inplace ? orow : xr, c, s, N, SG)
+#define INTER_bf16(N, SG) inter_words_bf16(orow, inplace ? orow : xr, c, s, N, SG)
 #define INTER_f16(N, SG) inter_row_f16(orow, inplace ? orow : xr, c, s, N, SG)
 #define F32_IN(N, SG) half_inplace_f32(orow, c, s, N, SG)
 #define F32_CP(N, SG) half_copy_f32(orow, xr, c, s, N, SG)
