@@ -68,6 +68,28 @@ def build_parser() -> argparse.ArgumentParser:
     pb.add_argument(
         "--rounds", type=int, default=None, help="timed rounds per implementation (default 5 quick, 15 full)"
     )
+    pl = sub.add_parser(
+        "lab", help="train small models with each positional encoding and test the seeds' claims"
+    )
+    pl.add_argument("experiment", choices=("extrapolation", "scaling", "frequencies", "passkey"))
+    pl.add_argument(
+        "--out",
+        default="lab-results",
+        help="folder for the JSON, PNG, Markdown and checkpoints (default lab-results)",
+    )
+    pl.add_argument("--quick", action="store_true", help="a reduced budget (under 5 minutes)")
+    pl.add_argument("--seeds", type=int, default=1, help="seeds per configuration (default 1)")
+    pl.add_argument("--train-len", type=int, default=128, help="training length in bytes (default 128)")
+    pl.add_argument(
+        "--steps", type=int, default=None, help="training steps per model (default 800, quick 100)"
+    )
+    pl.add_argument(
+        "--corpus", default=None, help="a text file or folder instead of the Python standard library"
+    )
+    pl.add_argument(
+        "--encodings", default=None, help="comma-separated encodings (extrapolation, passkey; default: all)"
+    )
+    pl.add_argument("--json", action="store_true", help="print the result JSON to stdout")
     pp = sub.add_parser("precision", help="phase error of ropekit vs the common float32 recipe, by position")
     _add_spec_args(pp)
     pp.add_argument(
@@ -130,6 +152,42 @@ def _inspect(args: argparse.Namespace) -> int:
     return inspect_cmd.run(spec, context, as_json=args.json, out=sys.stdout)
 
 
+def _lab(args: argparse.Namespace) -> int:
+    from ropekit.lab.experiments import EXPERIMENTS
+
+    for name in ("seeds", "train_len"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    kw = {}
+    if args.encodings is not None:
+        from ropekit.lab.encodings import ENCODINGS
+
+        if args.experiment not in ("extrapolation", "passkey"):
+            raise ValueError(f"--encodings applies to extrapolation and passkey, not {args.experiment}")
+        encs = tuple(e.strip() for e in args.encodings.split(",") if e.strip())
+        bad = [e for e in encs if e not in ENCODINGS]
+        if bad or not encs:
+            raise ValueError(
+                f"--encodings {args.encodings!r}: known encodings are {', '.join(sorted(ENCODINGS))}"
+            )
+        kw["encodings"] = encs
+    res = EXPERIMENTS[args.experiment](
+        Path(args.out),
+        quick=args.quick,
+        seeds=args.seeds,
+        train_len=args.train_len,
+        steps=args.steps,
+        corpus=args.corpus,
+        **kw,
+    )
+    if args.json:
+        print(json.dumps({k: v for k, v in res.items() if k != "files"}, indent=2))
+    else:
+        print(Path(res["files"]["markdown"]).read_text())
+        print(f"written: {', '.join(res['files'].values())}")
+    return 0
+
+
 def _bench(args: argparse.Namespace) -> int:
     from ropekit import bench
 
@@ -159,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
             return _inspect(args)
         if args.command == "bench":
             return _bench(args)
+        if args.command == "lab":
+            return _lab(args)
         return precision_cmd.run(
             spec_from_args(args),
             args.positions,

@@ -1,0 +1,142 @@
+# SPDX-License-Identifier: MIT
+"""Data with no download: byte tokens from a real corpus on every machine, and synthetic retrieval tasks.
+
+- :func:`load_corpus`: the running Python's own standard-library source (``*.py`` under ``sysconfig``'s stdlib,
+  site-packages excluded), split into train and validation **by file**: a file goes to validation when
+  crc32(relative path) % 10 == 0. Files are taken in the order of crc32(relative path) -- deterministic, and a
+  spread over the whole library rather than its alphabetical start -- up to ``max_bytes``. Any text file or folder can be given instead (``path``).
+- :func:`passkey_batch`: a 5-digit pass key hidden at a chosen depth in repeated filler text; the model must
+  produce the digits after "The pass key is " (Mohtashami & Jaggi 2023, "Landmark Attention", arXiv 2305.16300).
+- :func:`recall_batch`: associative recall: "k1=v1 k2=v2 ... ?kj=" -> vj.
+
+Shapes: b batch, L length; tokens are int64 bytes 0..255.
+"""
+
+from __future__ import annotations
+
+import sysconfig
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+__all__ = ["Corpus", "load_corpus", "train_batch", "passkey_batch", "recall_batch", "FILLER"]
+
+FILLER = b"The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
+
+
+@dataclass(frozen=True)
+class Corpus:
+    train: torch.Tensor  # [n] uint8
+    valid: torch.Tensor
+    source: str
+    files: tuple[int, int]  # (train files, validation files)
+
+
+def _files(root: Path) -> list[Path]:
+    if root.is_file():
+        return [root]
+    return sorted(
+        p for p in root.rglob("*.py") if "site-packages" not in p.parts and "dist-packages" not in p.parts
+    )
+
+
+def load_corpus(path: str | None = None, *, max_bytes: int = 8_000_000) -> Corpus:
+    """Bytes of a corpus split by file (see the module docstring). A single file is split 90/10 by position."""
+    root = Path(path) if path else Path(sysconfig.get_paths()["stdlib"])
+    if not root.exists():
+        raise ValueError(f"corpus path {str(root)!r} does not exist")
+    if root.is_file():
+        data = root.read_bytes()[:max_bytes]
+        cut = int(len(data) * 0.9)
+        t, v = data[:cut], data[cut:]
+        return Corpus(
+            torch.frombuffer(bytearray(t), dtype=torch.uint8),
+            torch.frombuffer(bytearray(v), dtype=torch.uint8),
+            str(root),
+            (1, 1),
+        )
+    files = _files(root) if path is None else sorted(p for p in root.rglob("*") if p.is_file())
+    files.sort(key=lambda f: (zlib.crc32(str(f.relative_to(root)).encode()) // 10, str(f)))
+    train, valid, nt, nv, total = bytearray(), bytearray(), 0, 0, 0
+    for f in files:
+        try:
+            data = f.read_bytes()
+        except OSError:
+            continue
+        if total + len(data) > max_bytes:  # skip what does not fit; stop once the budget is nearly used
+            if max_bytes - total < 4096:
+                break
+            continue
+        total += len(data)
+        rel = str(f.relative_to(root)).encode()
+        if zlib.crc32(rel) % 10 == 0:
+            valid += data + b"\n"
+            nv += 1
+        else:
+            train += data + b"\n"
+            nt += 1
+    if not train or not valid:
+        raise ValueError(f"corpus {str(root)!r} has too little data for a train/validation split")
+    return Corpus(
+        torch.frombuffer(train, dtype=torch.uint8).clone(),
+        torch.frombuffer(valid, dtype=torch.uint8).clone(),
+        str(root),
+        (nt, nv),
+    )
+
+
+def train_batch(
+    data: torch.Tensor, batch: int, length: int, gen: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random windows: inputs [b, L] and next-byte targets [b, L]."""
+    starts = torch.randint(0, data.numel() - length - 1, (batch,), generator=gen)
+    idx = starts.unsqueeze(1) + torch.arange(length + 1)
+    w = data[idx].long()
+    return w[:, :-1], w[:, 1:]
+
+
+def passkey_batch(
+    batch: int, length: int, gen: torch.Generator, depth: float | None = None
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Sequences of ``length`` bytes ending in "The pass key is " + 5 digits.
+
+    Returns (tokens [b, L], digits [b, 5] bytes, answer start index). With ``depth`` (0..1) the key sits at that
+    relative depth of the filler; else at a random depth per sequence.
+    """
+    q = b" What is the pass key? The pass key is "
+    rows, keys = [], []
+    for _ in range(batch):
+        key = b"%05d" % int(torch.randint(0, 100000, (1,), generator=gen))
+        needle = b" The pass key is " + key + b". Remember it. " + key + b" is the pass key. "
+        room = length - len(q) - 5 - len(needle)
+        if room < 0:
+            raise ValueError(
+                f"length {length} is too short for the passkey task (needs >= {len(q) + 5 + len(needle)})"
+            )
+        d = float(torch.rand(1, generator=gen)) if depth is None else depth
+        filler = (FILLER * (room // len(FILLER) + 2))[:room]
+        at = int(round(d * room))
+        seq = filler[:at] + needle + filler[at:] + q + key
+        rows.append(list(seq))
+        keys.append(list(key))
+    return torch.tensor(rows), torch.tensor(keys), length - 5
+
+
+def recall_batch(batch: int, pairs: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Associative recall: "ab=c ... ?ab=" with the answer byte as target (tokens [b, 4*pairs + 4], answer [b])."""
+    letters = torch.arange(ord("a"), ord("z") + 1)
+    rows, answers = [], []
+    for _ in range(batch):
+        keys = torch.randperm(26 * 26, generator=gen)[:pairs]
+        vals = torch.randint(ord("0"), ord("9") + 1, (pairs,), generator=gen)
+        seq = []
+        for kk, vv in zip(keys.tolist(), vals.tolist()):
+            seq += [int(letters[kk // 26]), int(letters[kk % 26]), ord("="), vv]
+        j = int(torch.randint(0, pairs, (1,), generator=gen))
+        kj = keys[j].item()
+        seq += [ord("?"), int(letters[kj // 26]), int(letters[kj % 26]), ord("=")]
+        rows.append(seq)
+        answers.append(int(vals[j]))
+    return torch.tensor(rows), torch.tensor(answers)

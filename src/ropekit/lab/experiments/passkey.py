@@ -1,0 +1,142 @@
+# SPDX-License-Identifier: MIT
+"""``ropekit lab passkey``: retrieval accuracy against context length for each encoding.
+
+Each encoding is trained (same budget and seed) on passkey sequences of ``train_len`` bytes -- a 5-digit key
+hidden at a random depth in filler, then "What is the pass key? The pass key is" -- and asked to generate the key
+greedily at 1x-8x that length, at depths 0.1..0.9 (exact match of all 5 digits). Compared with the passkey results
+of Chen et al. 2023 (PI, Table 4) and Peng et al. 2024 (YaRN, Table 5), and the synthetic-task ordering of
+Kazemnejad et al. 2023 (NoPE best on length generalisation, RoPE poor past ~1.5x).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ropekit.lab.data import passkey_batch
+from ropekit.lab.experiments.common import environment, prepare, md_table, trained_model, write_outputs
+
+__all__ = ["run", "accuracy"]
+
+ENCODINGS = ("nope", "sinusoidal", "learned", "alibi", "t5", "rope")
+
+
+@torch.no_grad()
+def accuracy(model, length: int, trials: int, seed: int) -> float:  # noqa: ANN001
+    g = torch.Generator().manual_seed(seed)
+    hits = 0
+    depths = [0.1 + 0.8 * i / max(1, trials - 1) for i in range(trials)]
+    for d in depths:
+        tokens, key, start = passkey_batch(1, length, g, depth=d)
+        out = model.generate(tokens[:, :start], 5)
+        hits += int(torch.equal(out, key))
+    return hits / trials
+
+
+def run(
+    out: Path,
+    *,
+    quick: bool = False,
+    tiny: bool = False,
+    seeds: int = 1,
+    train_len: int = 128,
+    steps: int | None = None,
+    corpus: str | None = None,
+    encodings: tuple[str, ...] = ENCODINGS,
+) -> dict[str, Any]:
+    b, data = prepare(quick, steps, tiny, corpus)  # the corpus is unused by the task (kept for symmetry)
+    trials = 3 if tiny else (10 if quick else 20)
+    mults = (1, 2, 4) if tiny else (1, 2, 4, 8)
+    rows, tput = [], {}
+    for enc in encodings:
+        for seed in range(seeds):
+            model, tr = trained_model(
+                enc,
+                data,
+                train_len=train_len,
+                b=b,
+                seed=seed,
+                out=out,
+                tag=f"passkey-{enc}",
+                batcher=lambda g: _batch(b.batch, train_len, g),
+            )
+            tput[enc] = round(tr.tokens_per_second)
+            for m in mults:
+                rows.append(
+                    {
+                        "encoding": enc,
+                        "seed": seed,
+                        "length": m * train_len,
+                        "accuracy": accuracy(model, m * train_len, trials, 7 + seed),
+                    }
+                )
+    result = {
+        "experiment": "passkey",
+        "train_len": train_len,
+        "budget": b.__dict__,
+        "trials": trials,
+        "environment": environment(),
+        "tokens_per_second": tput,
+        "results": rows,
+    }
+
+    def mean(enc: str, L: int) -> float:
+        v = [r["accuracy"] for r in rows if r["encoding"] == enc and r["length"] == L]
+        return sum(v) / len(v)
+
+    md = f"# Passkey retrieval: trained at {train_len}, tested at up to {mults[-1]}x\n\n"
+    md += f"{b.steps} training steps of {b.batch} passkey sequences; {trials} trials per length at depths 0.1..0.9.\n\n"
+    md += md_table(
+        ["encoding"] + [f"{m}x" for m in mults],
+        [[e] + [mean(e, m * train_len) for m in mults] for e in encodings],
+    )
+    md += (
+        "\nPublished: PI Table 4 (LLaMA 7B): direct fine-tuning to 8192 reaches an effective passkey window of 1792-2560 "
+        "tokens, PI the full 8192 after 200 steps; YaRN Table 5: YaRN-7B s32 99.4% up to 128k. Kazemnejad et al. "
+        "(synthetic tasks, train <= 20, test 2x): NoPE generalises best, RoPE poorly.\n\n## Claims\n\n"
+    )
+    have = set(encodings)
+    claims = []
+    if {"rope"} <= have:
+        claims.append(
+            (
+                f"RoPE retrieves in-distribution but fails past its length (1x {mean('rope', train_len):.2f}, "
+                f"{mults[-1]}x {mean('rope', mults[-1] * train_len):.2f})",
+                mean("rope", train_len) >= 0.5
+                and mean("rope", mults[-1] * train_len) < mean("rope", train_len),
+            )
+        )
+    if {"alibi"} <= have:
+        claims.append(
+            (
+                f"ALiBi's local bias does not give long-range retrieval ({mults[-1]}x: {mean('alibi', mults[-1] * train_len):.2f})",
+                mean("alibi", mults[-1] * train_len) < 0.5,
+            )
+        )
+    md += (
+        "\n".join(
+            f"- {t}: {'**reproduced**' if ok else '**not reproduced** at this scale'}" for t, ok in claims
+        )
+        + "\n"
+    )
+    if all(mean(e, train_len) < 0.5 for e in encodings):
+        md += "\nNo encoding learned the task in-distribution with this budget, so the length claims are not testable here.\n"
+
+    def plot(fig: Any) -> None:
+        ax = fig.subplots(1, 1)
+        for e in encodings:
+            ax.plot(
+                [m * train_len for m in mults], [mean(e, m * train_len) for m in mults], marker="o", label=e
+            )
+        ax.set(xscale="log", xlabel="context length", ylabel="passkey accuracy", ylim=(-0.05, 1.05))
+        ax.legend(fontsize=8)
+
+    result["files"] = write_outputs(out, "passkey", result, md, plot)
+    return result
+
+
+def _batch(batch: int, length: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    tokens, _, _ = passkey_batch(batch, length + 1, g)
+    return tokens[:, :-1], tokens[:, 1:]

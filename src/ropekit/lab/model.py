@@ -1,0 +1,165 @@
+# SPDX-License-Identifier: MIT
+"""A small decoder-only language model for the lab: pre-norm, RMSNorm, SwiGLU, grouped-query attention, causal
+``scaled_dot_product_attention``, a KV cache, and a pluggable positional encoding (:mod:`ropekit.lab.encodings`).
+
+Every forward takes explicit positions; the causal mask is built from them (a key is visible when its position is
+<= the query's), so decoding with a cache, and RoPE offsets from it, need nothing special.
+
+Shapes: b batch, s new tokens, t cached + new tokens, h heads, g kv heads, d head dim, D model width, V vocab.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ropekit.lab.encodings import build_encoding
+
+__all__ = ["LMConfig", "TinyLM", "KVCache"]
+
+KVCache = list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]  # per layer: keys, values, key positions
+
+
+@dataclass(frozen=True)
+class LMConfig:
+    vocab: int = 256  # bytes
+    d_model: int = 128
+    n_layers: int = 4
+    n_heads: int = 4
+    n_kv_heads: int = 2
+    ffn: int = 344  # SwiGLU hidden, ~8/3 of d_model
+    encoding: str = "rope"
+    max_positions: int = 128  # learned table size (the training length)
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, d: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: LMConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        hd = cfg.head_dim
+        self.wq = nn.Linear(cfg.d_model, cfg.n_heads * hd, bias=False)
+        self.wk = nn.Linear(cfg.d_model, cfg.n_kv_heads * hd, bias=False)
+        self.wv = nn.Linear(cfg.d_model, cfg.n_kv_heads * hd, bias=False)
+        self.wo = nn.Linear(cfg.n_heads * hd, cfg.d_model, bias=False)
+        self.last_attention: torch.Tensor | None = None  # filled when record=True (analysis)
+
+    def forward(self, x, positions, pe, cache=None, record=False):  # noqa: ANN001, ANN201
+        b, s, _ = x.shape
+        c, hd = self.cfg, self.cfg.head_dim
+        q = self.wq(x).view(b, s, c.n_heads, hd)  # (b, s, h, d)
+        k = self.wk(x).view(b, s, c.n_kv_heads, hd)
+        v = self.wv(x).view(b, s, c.n_kv_heads, hd)
+        q, k = pe.rotate(q, k, positions)  # RoPE: q and the new keys at their own positions
+        k_pos = positions
+        if cache is not None:
+            k, v, k_pos = (
+                torch.cat([cache[0], k], 1),
+                torch.cat([cache[1], v], 1),
+                torch.cat([cache[2], positions], 1),
+            )
+        new_cache = (k, v, k_pos)
+        rep = c.n_heads // c.n_kv_heads
+        qh = q.transpose(1, 2)  # (b, h, s, d)
+        kh = k.repeat_interleave(rep, 2).transpose(1, 2)  # (b, h, t, d)
+        vh = v.repeat_interleave(rep, 2).transpose(1, 2)
+        visible = k_pos.unsqueeze(1) <= positions.unsqueeze(2)  # (b, s, t)
+        bias = pe.bias(positions, k_pos)  # (b, h, s, t) or None
+        mask = (
+            torch.zeros(visible.shape, dtype=q.dtype, device=x.device)
+            .masked_fill(~visible, float("-inf"))
+            .unsqueeze(1)
+        )
+        if bias is not None:
+            mask = mask + bias.to(q.dtype)
+        if record:
+            logits = (qh @ kh.transpose(-1, -2)) / hd**0.5 + mask
+            self.last_attention = logits.softmax(-1).detach()
+        out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask)
+        return self.wo(out.transpose(1, 2).reshape(b, s, -1)), new_cache
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: LMConfig) -> None:
+        super().__init__()
+        self.attn_norm, self.ffn_norm = RMSNorm(cfg.d_model), RMSNorm(cfg.d_model)
+        self.attn = Attention(cfg)
+        self.w1 = nn.Linear(cfg.d_model, cfg.ffn, bias=False)
+        self.w3 = nn.Linear(cfg.d_model, cfg.ffn, bias=False)
+        self.w2 = nn.Linear(cfg.ffn, cfg.d_model, bias=False)
+
+    def forward(self, x, positions, pe, cache=None, record=False):  # noqa: ANN001, ANN201
+        h, new_cache = self.attn(self.attn_norm(x), positions, pe, cache, record)
+        x = x + h
+        y = self.ffn_norm(x)
+        return x + self.w2(F.silu(self.w1(y)) * self.w3(y)), new_cache
+
+
+class TinyLM(nn.Module):
+    """Byte-level decoder LM; ``encoding_kw`` go to the positional encoding (e.g. ``spec=`` for RoPE)."""
+
+    def __init__(self, cfg: LMConfig, **encoding_kw: object) -> None:
+        super().__init__()
+        self.cfg = cfg
+        if cfg.encoding == "learned":
+            encoding_kw.setdefault("max_positions", cfg.max_positions)
+        self.pe = build_encoding(cfg.encoding, cfg.d_model, cfg.n_heads, cfg.head_dim, **encoding_kw)
+        self.embed = nn.Embedding(cfg.vocab, cfg.d_model)
+        self.blocks = nn.ModuleList(
+            Block(cfg) for _ in range(cfg.n_layers)
+        )  # the encoding is passed at call time
+        self.norm = RMSNorm(cfg.d_model)
+        self.apply(self._init)
+
+    @staticmethod
+    def _init(m: nn.Module) -> None:
+        if isinstance(m, (nn.Linear, nn.Embedding)) and not hasattr(m, "_lab_skip"):
+            nn.init.normal_(m.weight, std=0.02)
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+        record: bool = False,
+    ) -> tuple[torch.Tensor, KVCache]:
+        """tokens [b, s] -> logits [b, s, V]; positions default to cache length + arange(s)."""
+        b, s = tokens.shape
+        if positions is None:
+            start = 0 if cache is None else int(cache[0][2][0, -1]) + 1
+            positions = torch.arange(start, start + s, device=tokens.device).expand(b, s)
+        x = self.pe.embed(self.embed(tokens), positions)
+        new_cache: KVCache = []
+        for i, blk in enumerate(self.blocks):
+            x, c = blk(x, positions, self.pe, None if cache is None else cache[i], record)
+            new_cache.append(c)
+        return self.norm(x) @ self.embed.weight.T, new_cache  # tied output embedding
+
+    @torch.no_grad()
+    def generate(self, tokens: torch.Tensor, max_new: int) -> torch.Tensor:
+        """Greedy decoding with the KV cache; positions continue from the prompt."""
+        logits, cache = self(tokens)
+        out = [logits[:, -1].argmax(-1, keepdim=True)]
+        for _ in range(max_new - 1):
+            logits, cache = self(out[-1], cache=cache)
+            out.append(logits[:, -1].argmax(-1, keepdim=True))
+        return torch.cat(out, 1)

@@ -1,0 +1,157 @@
+# SPDX-License-Identifier: MIT
+"""Training loop of the lab: AdamW with warmup + cosine decay, deterministic per seed, progress with ETA and
+throughput, and resumable checkpoints in safetensors (model weights, optimizer state and the data generator's
+state as tensors, the step and config as metadata -- never pickle).
+
+Shapes: b batch, L training length.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from ropekit.lab.model import TinyLM
+
+__all__ = ["TrainResult", "train", "save_checkpoint", "load_checkpoint", "Progress"]
+
+Batcher = Callable[[torch.Generator], tuple[torch.Tensor, torch.Tensor]]
+
+
+class Progress:
+    """A one-line progress bar on stderr (a line every 25% when stderr is not a terminal)."""
+
+    def __init__(self, total: int, desc: str) -> None:
+        self.total, self.desc, self.t0, self.last = total, desc, time.perf_counter(), 0.0
+        self.tty = sys.stderr.isatty()
+        self.next_mark = 0.25
+
+    def update(self, i: int, info: str = "") -> None:
+        now = time.perf_counter()
+        frac = i / max(1, self.total)
+        if self.tty and now - self.last < 0.5 and i < self.total:
+            return
+        if not self.tty and frac < self.next_mark and i < self.total:
+            return
+        self.last = now
+        self.next_mark = math.floor(frac * 4) / 4 + 0.25
+        el = now - self.t0
+        eta = el / frac - el if frac > 0 else 0.0
+        line = f"{self.desc} {i}/{self.total} {info} ETA {int(eta) // 60}m{int(eta) % 60:02d}s"
+        print(
+            ("\r" + line) if self.tty else line,
+            end="" if self.tty and i < self.total else "\n",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+@dataclass
+class TrainResult:
+    steps: int
+    final_loss: float
+    tokens_per_second: float
+    seconds: float
+    losses: list[float] = field(default_factory=list)
+    resumed_from: int = 0
+
+
+def save_checkpoint(
+    path: Path, model: TinyLM, opt: torch.optim.Optimizer, step: int, gen: torch.Generator, meta: dict
+) -> None:
+    from safetensors.torch import save_file
+
+    tensors = {f"model.{k}": v.detach().contiguous() for k, v in model.state_dict().items()}
+    names = {id(p): n for n, p in model.named_parameters()}
+    for group in opt.param_groups:
+        for p in group["params"]:
+            for key, val in opt.state.get(p, {}).items():
+                if torch.is_tensor(val):
+                    tensors[f"opt.{names[id(p)]}.{key}"] = val.detach().reshape(val.shape).contiguous()
+    tensors["gen_state"] = gen.get_state()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    save_file(tensors, str(tmp), metadata={"step": str(step), "meta": json.dumps(meta, sort_keys=True)})
+    tmp.replace(path)
+
+
+def load_checkpoint(
+    path: Path, model: TinyLM, opt: torch.optim.Optimizer | None, gen: torch.Generator | None
+) -> tuple[int, dict]:
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        md = f.metadata()
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+    model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
+    if opt is not None:
+        params = dict(model.named_parameters())
+        for k, v in tensors.items():
+            if k.startswith("opt."):
+                name, key = k[4:].rsplit(".", 1)
+                opt.state[params[name]][key] = v
+    if gen is not None and "gen_state" in tensors:
+        gen.set_state(tensors["gen_state"])
+    return int(md["step"]), json.loads(md["meta"])
+
+
+def _lr(step: int, steps: int, lr: float, warmup: int) -> float:
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    t = (step - warmup) / max(1, steps - warmup)
+    return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
+
+
+def train(
+    model: TinyLM,
+    batcher: Batcher,
+    *,
+    steps: int,
+    seed: int,
+    lr: float = 1e-3,
+    desc: str = "train",
+    ckpt: Path | None = None,
+    ckpt_every: int = 200,
+    meta: dict | None = None,
+) -> TrainResult:
+    """Train ``model`` for ``steps`` steps on batches from ``batcher(gen)``; resumes from ``ckpt`` if present."""
+    meta = dict(meta or {}, steps=steps, seed=seed)
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
+    start = 0
+    if ckpt is not None and ckpt.exists():
+        start, old = load_checkpoint(ckpt, model, opt, gen)
+        if old.get("steps") != steps:
+            start = min(start, steps)
+    warmup = max(1, min(100, steps // 10))
+    prog, losses, tokens, t0 = Progress(steps, desc), [], 0, time.perf_counter()
+    model.train()
+    for step in range(start, steps):
+        x, y = batcher(gen)
+        for g in opt.param_groups:
+            g["lr"] = _lr(step, steps, lr, warmup)
+        logits, _ = model(x)
+        loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        tokens += x.numel()
+        losses.append(loss.detach().item())
+        el = time.perf_counter() - t0
+        prog.update(step + 1, f"loss {losses[-1]:.3f} {tokens / max(el, 1e-9):,.0f} tok/s")
+        if ckpt is not None and ((step + 1) % ckpt_every == 0 or step + 1 == steps):
+            save_checkpoint(ckpt, model, opt, step + 1, gen, meta)
+    model.eval()
+    el = time.perf_counter() - t0
+    return TrainResult(
+        steps, losses[-1] if losses else float("nan"), tokens / el if tokens else 0.0, el, losses, start
+    )
