@@ -24,6 +24,7 @@ demo: $(VENV)/.core
 	$(BIN)/ropekit inspect
 
 test: $(VENV)/.dev
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 
 test-all: $(VENV)/.dev

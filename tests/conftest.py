@@ -11,8 +11,8 @@ if (
 ):  # Triton kernels run on the CPU through the interpreter (set before any import)
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-import pytest  # noqa: E402
-from hypothesis import HealthCheck, settings  # noqa: E402
+import pytest
+from hypothesis import HealthCheck, settings
 
 settings.register_profile(
     "ci",

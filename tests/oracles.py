@@ -9,7 +9,7 @@ import torch
 from ropekit import RopeSpec
 from ropekit.rotation.reference import layout_permutation, reference_frequencies, reference_rope
 
-__all__ = ["reference_rope", "atomic_score", "to_interleaved", "theta", "TOL"]
+__all__ = ["TOL", "atomic_score", "reference_rope", "theta", "to_interleaved"]
 
 # Absolute tolerance of a rotated unit-scale value per dtype: one rounding of the output (plus float32 math).
 TOL = {torch.float64: 1e-12, torch.float32: 1e-6, torch.bfloat16: 1.6e-2, torch.float16: 2e-3}

@@ -14,7 +14,7 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def _blocks(lang: str) -> list[str]:
-    return re.findall(rf"```{lang}\n(.*?)```", README.read_text(), flags=re.S)
+    return re.findall(rf"```{lang}\n(.*?)```", README.read_text(), flags=re.DOTALL)
 
 
 def test_python_examples_run_in_order() -> None:

@@ -24,14 +24,14 @@ __version__ = "0.1.0"
 
 __all__ = [
     "RopeSpec",
+    "Rotary",
+    "__version__",
     "apply_rope",
     "apply_rope_tables",
     "apply_rope_varlen",
-    "rope_tables",
-    "Rotary",
-    "positions_with_offset",
-    "positions_from_mask",
     "positions_from_cu_seqlens",
+    "positions_from_mask",
+    "positions_with_offset",
+    "rope_tables",
     "scaling",
-    "__version__",
 ]

@@ -19,8 +19,9 @@ import os
 import platform
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -29,7 +30,7 @@ from ropekit.phases import rope_tables
 from ropekit.rotation.apply import apply_rope, apply_rope_tables
 from ropekit.spec import RopeSpec
 
-__all__ = ["Case", "cases", "run", "format_table", "machine_info"]
+__all__ = ["Case", "cases", "format_table", "machine_info", "run"]
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ class Case:
 
 
 def cases(quick: bool) -> list[Case]:
-    decode = dict(batch=32, seq=1)
+    decode = {"batch": 32, "seq": 1}
     if quick:
         return [
             Case("prefill", torch.float32, "half"),
@@ -171,7 +172,7 @@ def _impls(case: Case, device: str, quick: bool) -> dict[str, Callable[[], Any]]
     return impls
 
 
-def _gpu_peers(impls: dict[str, Callable[[], Any]], q, k, cos, sin, case: Case) -> None:  # noqa: ANN001
+def _gpu_peers(impls: dict[str, Callable[[], Any]], q, k, cos, sin, case: Case) -> None:
     try:
         from flash_attn.layers.rotary import apply_rotary_emb
 

@@ -15,17 +15,13 @@ Shapes: as :func:`ropekit.apply_rope` (format "bshd", "bhsd" or "thd"); position
 
 from __future__ import annotations
 
-import math
-
 import torch
 
-from ropekit.phases import check_positions
+from ropekit.phases import _tables_from_angles, check_positions
 from ropekit.rotation.apply import Format, apply_rope_tables
 from ropekit.spec import RopeSpec
 
 __all__ = ["keys_stale", "rerotate_keys"]
-
-_TWO_PI = 2.0 * math.pi
 
 
 def keys_stale(spec: RopeSpec, cached_len: int, new_len: int) -> bool:
@@ -62,13 +58,13 @@ def rerotate_keys(
     if not keys_stale(spec, from_len, to_len):
         return k
     old, new = spec.frequencies(from_len), spec.frequencies(to_len)
-    with torch.autocast(device_type=k.device.type, enabled=False):
-        pos = positions.to("cpu" if k.device.type == "mps" else k.device, torch.float64)
-        delta = (new - old).to(pos.device)
-        angle = torch.remainder(pos.unsqueeze(-1) * delta, _TWO_PI)  # p (theta_new - theta_old), float64
-    # No attention-factor ratio: every scheme's factor is fixed by its parameters, not by the length, so the
-    # cached keys already carry the right factor and only their phases move.
     tdt = torch.float64 if k.dtype == torch.float64 else torch.float32
-    cos, sin = torch.cos(angle).to(k.device, tdt), torch.sin(angle).to(k.device, tdt)
+    work = torch.device("cpu") if k.device.type == "mps" else k.device
+    with torch.autocast(device_type=work.type, enabled=False):
+        # p * (theta_new - theta_old), formed in float64 and reduced mod 2*pi like every ropekit phase. No
+        # attention-factor ratio: each scheme's factor is fixed by its parameters, not by the length, so the
+        # cached keys already carry it and only their phases move.
+        cos, sin = _tables_from_angles(positions.to(work, torch.float64), (new - old).to(work), 1.0, tdt)
+    cos, sin = cos.to(k.device), sin.to(k.device)
     out, _ = apply_rope_tables(k, None, cos, sin, spec, format=format, inplace=inplace)
     return out

@@ -19,18 +19,17 @@ Shapes: as :func:`ropekit.apply_rope` for the module's ``format``; tables [*P, n
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn
 
-from ropekit.phases import check_positions, rope_tables
-from ropekit.rotation.apply import FORMATS, Format, _batch_seq, _validate, apply_rope_tables
+from ropekit.phases import INT_DTYPES as _INT
+from ropekit.phases import _rope_tables, check_positions
+from ropekit.rotation.apply import FORMATS, Format, _check_positions_shape, _validate, apply_rope_tables
 from ropekit.spec import RopeSpec
 
 __all__ = ["Rotary"]
-
-_INT = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 
 
 class Rotary(nn.Module):
@@ -88,9 +87,9 @@ class Rotary(nn.Module):
 
     def _build_cache(self, length: int) -> None:
         pos = torch.arange(length, dtype=torch.int64, device=self.inv_freq.device)
-        self._cos, self._sin = rope_tables(pos, self.spec)
+        self._cos, self._sin = _rope_tables(pos, self.spec)
 
-    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> "Rotary":
+    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> Rotary:
         super()._apply(fn, recurse)
         dev = self.inv_freq.device
         # Re-derive instead of trusting a cast (e.g. .to(bfloat16) would round theta to 3 significant digits).
@@ -120,7 +119,7 @@ class Rotary(nn.Module):
                     self._build_cache(min(self.cache_limit, 1 << hi.bit_length()))
                 idx = positions.to(torch.int64)
                 return self._cos[idx], self._sin[idx]
-        return rope_tables(positions, self.spec, device=dev)
+        return _rope_tables(positions, self.spec, device=dev)
 
     # ------------------------------------------------------------------ forward
     def forward(
@@ -139,10 +138,7 @@ class Rotary(nn.Module):
         check_positions(positions)
         if not isinstance(q, torch.Tensor) or q.dim() != (3 if self.format == "thd" else 4):
             _validate(q, k, positions, self.spec, self.format, inplace, "auto")  # raises the precise error
-        b, s = _batch_seq(q, self.format)
-        ok = positions.shape in ((s,), (1, s), (b, s)) if self.format != "thd" else positions.shape == (s,)
-        if not ok:
-            _validate(q, k, positions, self.spec, self.format, inplace, "auto")  # raises the precise error
+        _check_positions_shape(positions, q, self.format)
         pos = positions
         if self.format != "thd" and pos.dim() == 2 and pos.shape[0] == 1:
             pos = pos.reshape(-1)

@@ -25,10 +25,11 @@ import torch
 
 from ropekit.spec import RopeSpec
 
-__all__ = ["rope_tables", "check_positions"]
+__all__ = ["INT_DTYPES", "check_positions", "rope_tables"]
 
 _TWO_PI = 2.0 * math.pi
-_INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
+INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
+_INT_DTYPES = INT_DTYPES
 _EXACT_FLOAT_DTYPES = (torch.float32, torch.float64)
 _UNIQUE_THRESHOLD = 4096  # above this many integer positions, tables are built once per distinct position
 
@@ -62,10 +63,9 @@ def check_positions(positions: object, name: str = "positions") -> torch.Tensor:
         and positions.device.type != "meta"
         and positions.numel()
         and not torch.compiler.is_compiling()
-    ):
-        if not bool(torch.isfinite(positions).all()):
-            bad = positions[~torch.isfinite(positions)].flatten()[0].item()
-            raise ValueError(f"{name} must be finite, found {bad!r}")
+    ) and not bool(torch.isfinite(positions).all()):
+        bad = positions[~torch.isfinite(positions)].flatten()[0].item()
+        raise ValueError(f"{name} must be finite, found {bad!r}")
     return positions
 
 
@@ -105,6 +105,18 @@ def rope_tables(
         (cos, sin), each [*P, n] of ``dtype``, already multiplied by ``spec.attention_factor``.
     """
     check_positions(positions)
+    return _rope_tables(positions, spec, seq_len=seq_len, dtype=dtype, device=device)
+
+
+def _rope_tables(
+    positions: torch.Tensor,
+    spec: RopeSpec,
+    *,
+    seq_len: int | None = None,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`rope_tables` for positions the caller has already checked (no second scan, no extra sync)."""
     if dtype not in _EXACT_FLOAT_DTYPES:
         raise ValueError(f"rope_tables dtype must be torch.float32 or torch.float64, got {dtype}")
     out_device = torch.device(device) if device is not None else positions.device

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["positions_with_offset", "positions_from_mask", "positions_from_cu_seqlens"]
+from ropekit.phases import INT_DTYPES as _INT
 
-_INT = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
+__all__ = ["positions_from_cu_seqlens", "positions_from_mask", "positions_with_offset"]
 
 
 def positions_with_offset(
@@ -43,7 +43,7 @@ def positions_with_offset(
         dev = device if device is not None else offset.device
         return offset.to(dev, torch.int64).unsqueeze(1) + torch.arange(seq_len, dtype=torch.int64, device=dev)
     if isinstance(offset, bool) or not isinstance(offset, int):
-        raise ValueError(f"offset must be an int or a 1-D integer tensor, got {offset!r}")
+        raise TypeError(f"offset must be an int or a 1-D integer tensor, got {offset!r}")
     return torch.arange(offset, offset + seq_len, dtype=torch.int64, device=device)
 
 

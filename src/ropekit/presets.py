@@ -13,7 +13,7 @@ from typing import Any
 
 from ropekit.spec import RopeSpec
 
-__all__ = ["Preset", "PRESETS", "preset_spec", "get_preset"]
+__all__ = ["PRESETS", "Preset", "get_preset", "preset_spec"]
 
 # Phi-3-mini-128k-instruct's LongRoPE factors (config.json, 48 = head_dim 96 / 2 each).
 _PHI3_LONG = (

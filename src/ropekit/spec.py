@@ -27,7 +27,7 @@ import torch
 
 from ropekit.scaling import Scaling
 
-__all__ = ["RopeSpec", "Layout", "LAYOUTS"]
+__all__ = ["LAYOUTS", "Layout", "RopeSpec"]
 
 Layout = Literal["half", "interleaved"]
 LAYOUTS: tuple[str, ...] = ("half", "interleaved")
@@ -211,7 +211,7 @@ class RopeSpec:
     @classmethod
     def from_hf(
         cls, config: Any, *, layer_type: str | None = None, strict: bool = True, layout: str | None = None
-    ) -> "RopeSpec":
+    ) -> RopeSpec:
         """Build a spec from a transformers config object or a config.json dict (v4 and v5 schemas).
 
         Args:
@@ -243,7 +243,7 @@ class RopeSpec:
 
 def _kept_bands(p: float, n: int) -> int:
     # floor(p * n) with a guard against representation error (0.29 * 100 = 28.999999999999996).
-    return min(n, int(math.floor(p * n + 1e-9)))
+    return min(n, math.floor(p * n + 1e-9))
 
 
 @functools.lru_cache(

@@ -23,7 +23,7 @@ SPECS = {
 }
 
 
-def _full_row(q, k, v, spec, t):  # noqa: ANN001, ANN202
+def _full_row(q, k, v, spec, t):
     """Attention output of query t in a full forward over tokens 0..t (frequencies for length t + 1)."""
     pos = torch.arange(t + 1)
     qr, kr = apply_rope(q[:, : t + 1], k[:, : t + 1], pos, spec)
@@ -55,7 +55,7 @@ def test_decoding_with_rerotation_matches_full_forward_across_the_switch(name: s
     assert rerotations > 0  # the switch point was crossed
 
 
-def _rotate_at(q, k, t, spec, length):  # noqa: ANN001, ANN202
+def _rotate_at(q, k, t, spec, length):
     from ropekit import apply_rope_tables, rope_tables
 
     cos, sin = rope_tables(torch.tensor([t]), spec, seq_len=length, dtype=torch.float64)

@@ -33,7 +33,7 @@ CASTS = [
 
 
 @pytest.mark.parametrize("cast,target", CASTS)
-def test_frequency_buffer_and_cache_survive_dtype_casts(cast, target) -> None:  # noqa: ANN001
+def test_frequency_buffer_and_cache_survive_dtype_casts(cast, target) -> None:
     """pitfalls items 1, 5, 51: model.to(bf16) must not round the frequencies or the tables."""
     model = nn.Sequential(nn.Linear(4, 4), Rotary(SPEC, max_seq_len=128))
     q = torch.randn(1, 100, 2, 32)

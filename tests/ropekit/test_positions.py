@@ -20,7 +20,7 @@ def test_offsets() -> None:
     assert positions_with_offset(0).tolist() == []
     with pytest.raises(ValueError, match="seq_len"):
         positions_with_offset(-1)
-    with pytest.raises(ValueError, match="offset"):
+    with pytest.raises(TypeError, match="offset"):
         positions_with_offset(3, 1.5)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="offset tensor"):
         positions_with_offset(3, torch.tensor([[1]]))

@@ -19,14 +19,14 @@ from ropekit.analysis.precision import (
 
 __all__ = [
     "Band",
+    "PhaseError",
     "band_table",
-    "critical_dim",
-    "extrapolation_bound",
     "base_bound_margin",
     "base_lower_bound",
-    "PhaseError",
+    "common_fp32_tables",
+    "critical_dim",
+    "extrapolation_bound",
+    "oracle_tables",
     "phase_error",
     "phase_error_table",
-    "common_fp32_tables",
-    "oracle_tables",
 ]

@@ -24,10 +24,10 @@ from ropekit.spec import RopeSpec
 __all__ = [
     "Band",
     "band_table",
-    "critical_dim",
-    "extrapolation_bound",
     "base_bound_margin",
     "base_lower_bound",
+    "critical_dim",
+    "extrapolation_bound",
 ]
 
 _TWO_PI = 2.0 * math.pi

@@ -17,7 +17,7 @@ from typing import Any
 from ropekit.scaling import NTK, DynamicNTK, Linear, Llama3, LongRope, Scaling, Yarn
 from ropekit.spec import RopeSpec
 
-__all__ = ["SCHEMES", "original_length", "build_scheme", "compare_schemes"]
+__all__ = ["SCHEMES", "build_scheme", "compare_schemes", "original_length"]
 
 SCHEMES: tuple[str, ...] = ("linear", "ntk", "dynamic", "yarn", "llama3")
 

@@ -20,12 +20,12 @@ from ropekit.rotation.reference import reference_frequencies
 from ropekit.spec import RopeSpec
 
 __all__ = [
+    "DEFAULT_POSITIONS",
+    "PhaseError",
     "common_fp32_tables",
     "oracle_tables",
-    "PhaseError",
     "phase_error",
     "phase_error_table",
-    "DEFAULT_POSITIONS",
 ]
 
 DEFAULT_POSITIONS: tuple[int, ...] = (1_000, 10_000, 100_000, 1_000_000, 10_000_000, 1 << 24)

@@ -12,7 +12,6 @@ import json
 import math
 from typing import Any, TextIO
 
-from ropekit.analysis.compare import compare_schemes
 from ropekit.analysis.bands import (
     band_table,
     base_bound_margin,
@@ -20,10 +19,11 @@ from ropekit.analysis.bands import (
     critical_dim,
     extrapolation_bound,
 )
+from ropekit.analysis.compare import compare_schemes
 from ropekit.analysis.precision import phase_error
 from ropekit.spec import RopeSpec
 
-__all__ = ["run", "report", "run_compare"]
+__all__ = ["report", "run", "run_compare"]
 
 
 def _num(x: float | None) -> float | None:

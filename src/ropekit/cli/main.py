@@ -13,7 +13,7 @@ from ropekit.cli import inspect_cmd, precision_cmd
 from ropekit.presets import PRESETS, get_preset
 from ropekit.spec import LAYOUTS, RopeSpec
 
-__all__ = ["main", "build_parser", "spec_from_args"]
+__all__ = ["build_parser", "main", "spec_from_args"]
 
 DEFAULT_HEAD_DIM = 128
 DEFAULT_BASE = 500_000.0  # Llama 3.x

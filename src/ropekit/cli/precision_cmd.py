@@ -9,7 +9,7 @@ from typing import TextIO
 from ropekit.analysis.precision import DEFAULT_POSITIONS, phase_error_table
 from ropekit.spec import RopeSpec
 
-__all__ = ["run", "parse_positions"]
+__all__ = ["parse_positions", "run"]
 
 
 def parse_positions(text: str | None) -> tuple[int, ...]:
@@ -40,16 +40,14 @@ def run(
         return 0
     if markdown:
         out.write("| position | common float32 recipe | ropekit |\n|---:|---:|---:|\n")
-        for r in rows:
-            out.write(f"| {r.position:,} | {r.common_fp32:.2e} | {r.ropekit:.2e} |\n")
+        out.writelines(f"| {r.position:,} | {r.common_fp32:.2e} | {r.ropekit:.2e} |\n" for r in rows)
         return 0
     out.write(
         f"max |cos - cos_ref|, |sin - sin_ref| over {window} positions ending at each position "
         f"(head_dim {spec.head_dim}, base {spec.base:g}; reference: float64)\n"
     )
     out.write(f"{'position':>12}  {'common fp32':>12}  {'ropekit':>10}\n")
-    for r in rows:
-        out.write(f"{r.position:>12,}  {r.common_fp32:>12.2e}  {r.ropekit:>10.2e}\n")
+    out.writelines(f"{r.position:>12,}  {r.common_fp32:>12.2e}  {r.ropekit:>10.2e}\n" for r in rows)
     return 0
 
 

@@ -12,12 +12,12 @@ from ropekit.hf.convert import permute_for_half, permute_for_interleaved
 from ropekit.hf.patch import SUPPORTED_MODEL_TYPES, RopekitRotaryEmbedding, patch
 
 __all__ = [
-    "spec_from_hf",
-    "spec_to_hf",
     "INTERLEAVED_MODEL_TYPES",
+    "SUPPORTED_MODEL_TYPES",
+    "RopekitRotaryEmbedding",
+    "patch",
     "permute_for_half",
     "permute_for_interleaved",
-    "patch",
-    "RopekitRotaryEmbedding",
-    "SUPPORTED_MODEL_TYPES",
+    "spec_from_hf",
+    "spec_to_hf",
 ]

@@ -25,7 +25,7 @@ from ropekit.scaling import NTK, DynamicNTK, Linear, Llama3, LongRope, Scaling, 
 from ropekit.scaling.base import unchecked
 from ropekit.spec import RopeSpec
 
-__all__ = ["spec_from_hf", "spec_to_hf", "INTERLEAVED_MODEL_TYPES", "KNOWN_KEYS"]
+__all__ = ["INTERLEAVED_MODEL_TYPES", "KNOWN_KEYS", "spec_from_hf", "spec_to_hf"]
 
 #: Families whose q/k weights pair channels (2i, 2i+1) (rope-types.md 5.2); all others use the half split.
 INTERLEAVED_MODEL_TYPES = frozenset(
@@ -250,12 +250,12 @@ def _scaling(r: _Reader, t: str, rp: dict[str, Any], cfg: dict[str, Any], model_
                 warnings.simplefilter("ignore")
             return mk(Yarn, **kw)
     if t == "longrope":
-        kw = dict(
-            short_factor=tuple(rp["short_factor"]),
-            long_factor=tuple(rp["long_factor"]),
-            original_max_position_embeddings=_int(rp, "original_max_position_embeddings"),
-            max_position_embeddings=None if max_pos is None else int(max_pos),
-        )
+        kw = {
+            "short_factor": tuple(rp["short_factor"]),
+            "long_factor": tuple(rp["long_factor"]),
+            "original_max_position_embeddings": _int(rp, "original_max_position_embeddings"),
+            "max_position_embeddings": None if max_pos is None else int(max_pos),
+        }
         if rp.get("factor") is not None:
             kw["factor"] = _num(r, rp, "factor", lo=1.0)
         if rp.get("attention_factor") is not None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["permute_for_half", "permute_for_interleaved", "half_from_interleaved_index"]
+__all__ = ["half_from_interleaved_index", "permute_for_half", "permute_for_interleaved"]
 
 
 def half_from_interleaved_index(head_dim: int, rotary_dim: int | None = None) -> torch.Tensor:

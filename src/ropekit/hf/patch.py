@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import inspect
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -29,7 +30,7 @@ from ropekit.phases import rope_tables
 from ropekit.rotation.torch_backend import rotate
 from ropekit.spec import RopeSpec
 
-__all__ = ["patch", "unpatch_function", "RopekitRotaryEmbedding", "SUPPORTED_MODEL_TYPES"]
+__all__ = ["SUPPORTED_MODEL_TYPES", "RopekitRotaryEmbedding", "patch", "unpatch_function"]
 
 #: model_type values whose rotary pattern ropekit reproduces (half-split, HF `rotate_half` apply).
 SUPPORTED_MODEL_TYPES = frozenset(
@@ -161,7 +162,9 @@ def patch(model: nn.Module, *, strict: bool = True) -> nn.Module:
     modeling_modules = {sys.modules[type(m).__module__] for _, m in targets}
     for mod in modeling_modules:
         if not callable(getattr(mod, "apply_rotary_pos_emb", None)):
-            raise ValueError(f"{mod.__name__} has no apply_rotary_pos_emb to route through ropekit")
+            raise ValueError(  # noqa: TRY004 - an unsupported model, not a wrong argument type
+                f"{mod.__name__} has no apply_rotary_pos_emb to route through ropekit"
+            )
     for name, module in targets:  # all checks passed: modify
         parent = model.get_submodule(name.rsplit(".", 1)[0]) if "." in name else model
         setattr(parent, name.rsplit(".", 1)[-1], RopekitRotaryEmbedding(specs, type(module).__name__))

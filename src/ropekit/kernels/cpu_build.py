@@ -24,7 +24,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["load", "build_info", "BuildInfo", "SOURCE"]
+__all__ = ["SOURCE", "BuildInfo", "build_info", "load"]
 
 SOURCE = Path(__file__).with_name("rope_cpu.c")
 _FLAGS = ["-O3", "-fopenmp", "-shared", "-fPIC", "-std=c11", "-Wno-aggressive-loop-optimizations"]
@@ -77,7 +77,7 @@ def _build(cc: str, out: Path) -> float:
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(
-            [cc, *flags, "-o", tmp, str(SOURCE)], capture_output=True, text=True, timeout=300
+            [cc, *flags, "-o", tmp, str(SOURCE)], capture_output=True, text=True, timeout=300, check=False
         )
         if proc.returncode != 0:
             raise RuntimeError(f"compiler failed: {proc.stderr.strip()[:500]}")
@@ -137,7 +137,9 @@ def load() -> ctypes.CDLL | None:
             info = BuildInfo(False, None, False, 0.0, "no C compiler found (set $CC)")
         else:
             try:
-                version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
+                version = subprocess.run(
+                    [cc, "--version"], capture_output=True, text=True, timeout=30, check=False
+                ).stdout
                 key = hashlib.sha256(
                     "\n".join(
                         [

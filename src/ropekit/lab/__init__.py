@@ -8,4 +8,4 @@ Needs the `lab` extra (safetensors for checkpoints, matplotlib for plots): ``pip
 from ropekit.lab.encodings import ENCODINGS, build_encoding
 from ropekit.lab.model import LMConfig, TinyLM
 
-__all__ = ["ENCODINGS", "build_encoding", "LMConfig", "TinyLM"]
+__all__ = ["ENCODINGS", "LMConfig", "TinyLM", "build_encoding"]

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["Corpus", "load_corpus", "train_batch", "passkey_batch", "recall_batch", "FILLER"]
+__all__ = ["FILLER", "Corpus", "load_corpus", "passkey_batch", "recall_batch", "train_batch"]
 
 FILLER = b"The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
 
@@ -117,7 +117,7 @@ def passkey_batch(
             )
         d = float(torch.rand(1, generator=gen)) if depth is None else depth
         filler = (FILLER * (room // len(FILLER) + 2))[:room]
-        at = int(round(d * room))
+        at = round(d * room)
         seq = filler[:at] + needle + filler[at:] + q + key
         rows.append(list(seq))
         keys.append(list(key))

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from ropekit.lab.model import TinyLM
 
-__all__ = ["perplexity", "per_position_loss"]
+__all__ = ["per_position_loss", "perplexity"]
 
 
 def _chunks(data: torch.Tensor, length: int, stride: int, max_tokens: int) -> torch.Tensor:

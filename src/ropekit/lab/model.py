@@ -18,7 +18,7 @@ from torch import nn
 
 from ropekit.lab.encodings import build_encoding
 
-__all__ = ["LMConfig", "TinyLM", "KVCache"]
+__all__ = ["KVCache", "LMConfig", "TinyLM"]
 
 KVCache = list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]  # per layer: keys, values, key positions
 
@@ -63,7 +63,7 @@ class Attention(nn.Module):
         self.wo = nn.Linear(cfg.n_heads * hd, cfg.d_model, bias=False)
         self.last_attention: torch.Tensor | None = None  # filled when record=True (analysis)
 
-    def forward(self, x, positions, pe, cache=None, record=False):  # noqa: ANN001, ANN201
+    def forward(self, x, positions, pe, cache=None, record=False):
         b, s, _ = x.shape
         c, hd = self.cfg, self.cfg.head_dim
         q = self.wq(x).view(b, s, c.n_heads, hd)  # (b, s, h, d)
@@ -107,7 +107,7 @@ class Block(nn.Module):
         self.w3 = nn.Linear(cfg.d_model, cfg.ffn, bias=False)
         self.w2 = nn.Linear(cfg.ffn, cfg.d_model, bias=False)
 
-    def forward(self, x, positions, pe, cache=None, record=False):  # noqa: ANN001, ANN201
+    def forward(self, x, positions, pe, cache=None, record=False):
         h, new_cache = self.attn(self.attn_norm(x), positions, pe, cache, record)
         x = x + h
         y = self.ffn_norm(x)

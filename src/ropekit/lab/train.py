@@ -12,16 +12,16 @@ import json
 import math
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
 
 from ropekit.lab.model import TinyLM
 
-__all__ = ["TrainResult", "train", "save_checkpoint", "load_checkpoint", "Progress"]
+__all__ = ["Progress", "TrainResult", "load_checkpoint", "save_checkpoint", "train"]
 
 Batcher = Callable[[torch.Generator], tuple[torch.Tensor, torch.Tensor]]
 
@@ -90,7 +90,7 @@ def load_checkpoint(
 
     with safe_open(str(path), framework="pt") as f:
         md = f.metadata()
-        tensors = {k: f.get_tensor(k) for k in f.keys()}
+        tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - safe_open is not iterable
     model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
     if opt is not None:
         params = dict(model.named_parameters())
@@ -128,9 +128,7 @@ def train(
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
     start = 0
     if ckpt is not None and ckpt.exists():
-        start, old = load_checkpoint(ckpt, model, opt, gen)
-        if old.get("steps") != steps:
-            start = min(start, steps)
+        start, _ = load_checkpoint(ckpt, model, opt, gen)  # checkpoint names carry the step count
     warmup = max(1, min(100, steps // 10))
     prog, losses, tokens, t0 = Progress(steps, desc), [], 0, time.perf_counter()
     model.train()

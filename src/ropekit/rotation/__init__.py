@@ -5,11 +5,11 @@ from ropekit.rotation.apply import BACKENDS, FORMATS, Format, apply_rope, apply_
 from ropekit.rotation.reference import reference_rope, rotation_matrix
 
 __all__ = [
+    "BACKENDS",
+    "FORMATS",
+    "Format",
     "apply_rope",
     "apply_rope_tables",
     "reference_rope",
     "rotation_matrix",
-    "Format",
-    "FORMATS",
-    "BACKENDS",
 ]

@@ -22,12 +22,12 @@ from typing import Literal
 
 import torch
 
-from ropekit.phases import check_positions, rope_tables
+from ropekit.phases import _rope_tables, check_positions
 from ropekit.rotation import fastpath
 from ropekit.rotation.dispatch import BACKENDS, _check_backend, _fused_triton, _pick_backend
 from ropekit.spec import RopeSpec
 
-__all__ = ["apply_rope", "apply_rope_tables", "Format", "FORMATS", "BACKENDS"]
+__all__ = ["BACKENDS", "FORMATS", "Format", "apply_rope", "apply_rope_tables"]
 
 Format = Literal["bshd", "bhsd", "thd"]
 FORMATS: tuple[str, ...] = ("bshd", "bhsd", "thd")
@@ -110,7 +110,18 @@ def _check_inplace_target(name: str, x: torch.Tensor) -> None:
         raise ValueError(f"inplace=True but {name} is a leaf tensor that requires grad; use inplace=False")
 
 
-def _validate(q, k, positions, spec, fmt, inplace, backend) -> None:  # noqa: ANN001
+def _check_positions_shape(positions: torch.Tensor, q: torch.Tensor, fmt: str) -> None:
+    """positions must be [s] or [b, s] ([t] for "thd") for q of the given format."""
+    b, s = _batch_seq(q, fmt)
+    ok = positions.shape in ((s,), (1, s), (b, s)) if fmt != "thd" else positions.shape == (s,)
+    if not ok:
+        want = f"({s},)" if fmt == "thd" else f"({s},) or ({b}, {s})"
+        raise ValueError(
+            f"positions must have shape {want} for q of shape {tuple(q.shape)}, got {tuple(positions.shape)}"
+        )
+
+
+def _validate(q, k, positions, spec, fmt, inplace, backend) -> None:
     if backend != "auto" and backend not in BACKENDS:
         raise ValueError(f"backend must be 'auto' or one of {sorted(BACKENDS)}, got {backend!r}")
     if isinstance(q, torch.Tensor):
@@ -133,12 +144,7 @@ def _validate(q, k, positions, spec, fmt, inplace, backend) -> None:  # noqa: AN
             )
     if positions is not None:
         check_positions(positions)
-        ok = positions.shape in ((s,), (1, s), (b, s)) if fmt != "thd" else positions.shape == (s,)
-        if not ok:
-            want = f"({s},)" if fmt == "thd" else f"({s},) or ({b}, {s})"
-            raise ValueError(
-                f"positions must have shape {want} for q of shape {tuple(q.shape)}, got {tuple(positions.shape)}"
-            )
+        _check_positions_shape(positions, q, fmt)
     if inplace:
         _check_inplace_target("q", q)
         if k is not None:
@@ -156,7 +162,7 @@ def _broadcast_table(t: torch.Tensor, fmt: str) -> torch.Tensor:
     return t.unsqueeze(2) if fmt == "bshd" else t.unsqueeze(1)  # [b, s, 1, n] or [b, 1, s, n]
 
 
-def _rotate_pair(q, k, cos, sin, spec, fmt, inplace, backend, fast_key=None):  # noqa: ANN001, ANN202
+def _rotate_pair(q, k, cos, sin, spec, fmt, inplace, backend, fast_key=None):
     r, layout = int(spec.rotary_dim), spec.layout
     compiling = torch.compiler.is_compiling()
     if (
@@ -238,7 +244,7 @@ def apply_rope(
         if (format != "thd" and positions.dim() == 2 and positions.shape[0] == 1)
         else positions
     )
-    cos, sin = rope_tables(pos, spec, dtype=torch.float64 if need64 else torch.float32, device=q.device)
+    cos, sin = _rope_tables(pos, spec, dtype=torch.float64 if need64 else torch.float32, device=q.device)
     return _rotate_pair(q, k, cos, sin, spec, format, inplace, backend)
 
 

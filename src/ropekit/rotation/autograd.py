@@ -9,7 +9,7 @@ calls the same rotate with the opposite sign, so double backward works too.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

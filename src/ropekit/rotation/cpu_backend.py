@@ -18,7 +18,7 @@ from ropekit.kernels import cpu_build
 from ropekit.rotation import torch_backend
 from ropekit.rotation.autograd import make_rotate
 
-__all__ = ["rotate", "raw_rotate", "supports", "Plan", "plannable"]
+__all__ = ["Plan", "plannable", "raw_rotate", "rotate", "supports"]
 
 _FN = {
     torch.float32: "ropekit_rope_f32",
@@ -105,7 +105,7 @@ def raw_rotate(
 class Plan:
     """A prepared call rotating q (and k) in one C call: the low-latency path for repeated shapes (decoding)."""
 
-    __slots__ = ("fn", "args", "inplace", "two")
+    __slots__ = ("args", "fn", "inplace", "two")
 
     def __init__(
         self, q: torch.Tensor, k: torch.Tensor | None, cos: torch.Tensor, r: int, layout: str, inplace: bool
@@ -125,7 +125,7 @@ class Plan:
             vals += _geometry(x, x if inplace else torch.empty_like(x), cos)
         self.args = (ctypes.c_int64 * len(vals))(*vals)
 
-    def __call__(self, q, k, cos, sin):  # noqa: ANN001, ANN204
+    def __call__(self, q, k, cos, sin):
         qo = q if self.inplace else torch.empty_like(q)
         ko = k if (self.inplace or k is None) else torch.empty_like(k)
         self.fn(

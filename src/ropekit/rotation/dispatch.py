@@ -9,7 +9,7 @@ backend that cannot run on the tensor's device is refused before anything is wri
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -67,7 +67,7 @@ def _to_bshd(x: torch.Tensor, fmt: str) -> torch.Tensor:
     return x.transpose(1, 2) if fmt == "bhsd" else x
 
 
-def _fused_triton(q, k, cos, sin, spec, fmt, inplace, backend):  # noqa: ANN001, ANN202
+def _fused_triton(q, k, cos, sin, spec, fmt, inplace, backend):
     """q and k in one Triton launch (CUDA, no autograd); None when it does not apply."""
     if k is None or backend not in ("auto", "triton") or q.dtype != k.dtype or q.dtype == torch.float64:
         return None
@@ -79,9 +79,8 @@ def _fused_triton(q, k, cos, sin, spec, fmt, inplace, backend):  # noqa: ANN001,
 
     if not (triton_backend.supports(q) and triton_backend.supports(k)):
         return None
-    c, s = (
-        t if t.dim() == 2 and fmt == "thd" else (t if t.dim() == 3 else t.unsqueeze(0)) for t in (cos, sin)
-    )
+    # rotate_qk wants tables [b | 1, s, n] ([t, n] as they come for "thd")
+    c, s = (t.unsqueeze(0) if t.dim() == 2 and fmt != "thd" else t for t in (cos, sin))
     qo, ko = triton_backend.rotate_qk(
         _to_bshd(q, fmt), _to_bshd(k, fmt), c, s, int(spec.rotary_dim), spec.layout, inplace
     )

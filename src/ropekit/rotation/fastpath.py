@@ -17,13 +17,13 @@ import torch
 
 from ropekit.rotation import cpu_backend
 
-__all__ = ["key", "lookup", "build"]
+__all__ = ["build", "key", "lookup"]
 
 _PLANS: dict[tuple[Any, ...], tuple[object, cpu_backend.Plan]] = {}
 _MAX = 256
 
 
-def key(q, k, cos, sin, spec, fmt, inplace, backend) -> tuple[Any, ...] | None:  # noqa: ANN001
+def key(q, k, cos, sin, spec, fmt, inplace, backend) -> tuple[Any, ...] | None:
     """The geometry key, or None when the fast path cannot apply (autograd, compile, non-tensors)."""
     try:
         if torch.is_grad_enabled() and (q.requires_grad or (k is not None and k.requires_grad)):
@@ -65,7 +65,7 @@ def lookup(k: tuple[Any, ...] | None, spec: object) -> cpu_backend.Plan | None:
     return hit[1] if hit is not None and hit[0] is spec else None
 
 
-def build(k: tuple[Any, ...] | None, spec, q, kt, cos_b, sin_b, r, layout, inplace):  # noqa: ANN001, ANN201
+def build(k: tuple[Any, ...] | None, spec, q, kt, cos_b, sin_b, r, layout, inplace):
     """A plan for validated arguments (cos_b/sin_b: the broadcast tables), or None if the kernel does not apply."""
     if k is None or (kt is not None and kt.dtype != q.dtype):
         return None

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["rotate_op", "rotate_inplace_op", "backend_raw"]
+__all__ = ["backend_raw", "rotate_inplace_op", "rotate_op"]
 
 
-def backend_raw(x: torch.Tensor):  # noqa: ANN201
+def backend_raw(x: torch.Tensor):
     """The raw kernel of the best backend for x."""
     from ropekit.rotation import cpu_backend, torch_backend
 
@@ -37,17 +37,17 @@ def rotate_op(
 
 
 @rotate_op.register_fake
-def _rotate_fake(x, cos, sin, rotary_dim, interleaved, sign):  # noqa: ANN001, ANN202
+def _rotate_fake(x, cos, sin, rotary_dim, interleaved, sign):
     return torch.empty_like(x)
 
 
-def _setup_context(ctx, inputs, output) -> None:  # noqa: ANN001
+def _setup_context(ctx, inputs, output) -> None:
     _, cos, sin, rotary_dim, interleaved, sign = inputs
     ctx.save_for_backward(cos, sin)
     ctx.rotary_dim, ctx.interleaved, ctx.sign = rotary_dim, interleaved, sign
 
 
-def _backward(ctx, grad):  # noqa: ANN001, ANN202
+def _backward(ctx, grad):
     cos, sin = ctx.saved_tensors
     return (
         rotate_op(grad.contiguous(), cos, sin, ctx.rotary_dim, ctx.interleaved, -ctx.sign),
@@ -71,5 +71,5 @@ def rotate_inplace_op(
 
 
 @rotate_inplace_op.register_fake
-def _rotate_inplace_fake(x, cos, sin, rotary_dim, interleaved, sign) -> None:  # noqa: ANN001
+def _rotate_inplace_fake(x, cos, sin, rotary_dim, interleaved, sign) -> None:
     return None

@@ -21,7 +21,7 @@ import torch
 from ropekit.scaling import Linear
 from ropekit.spec import RopeSpec
 
-__all__ = ["reference_frequencies", "rotation_matrix", "layout_permutation", "reference_rope"]
+__all__ = ["layout_permutation", "reference_frequencies", "reference_rope", "rotation_matrix"]
 
 
 def reference_frequencies(spec: RopeSpec) -> list[float]:
@@ -29,7 +29,7 @@ def reference_frequencies(spec: RopeSpec) -> list[float]:
     r = int(spec.rotary_dim)  # type: ignore[arg-type]
     n = r // 2
     theta = list(spec.freqs) if spec.freqs is not None else [spec.base ** (-2.0 * i / r) for i in range(n)]
-    keep = int(math.floor(spec.p * n + 1e-9))
+    keep = math.floor(spec.p * n + 1e-9)
     if keep < n:
         ranked = sorted(range(n), key=lambda i: (-theta[i], i))  # highest first, ties by band index
         for i in ranked[keep:]:

@@ -18,7 +18,7 @@ import torch
 
 from ropekit.rotation.autograd import make_rotate
 
-__all__ = ["rotate", "raw_rotate"]
+__all__ = ["raw_rotate", "rotate"]
 
 
 def _rotate_into(

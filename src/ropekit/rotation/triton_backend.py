@@ -22,7 +22,7 @@ import torch
 from ropekit.rotation import torch_backend
 from ropekit.rotation.autograd import make_rotate
 
-__all__ = ["available", "supports", "raw_rotate", "rotate", "rotate_qk"]
+__all__ = ["available", "raw_rotate", "rotate", "rotate_qk", "supports"]
 
 try:  # Triton is optional (the `triton` extra)
     import triton

@@ -21,14 +21,14 @@ from ropekit.scaling.ntk import NTK, DynamicNTK
 from ropekit.scaling.yarn import Yarn, mla_softmax_scale, yarn_correction_range, yarn_mscale
 
 __all__ = [
-    "Scaling",
-    "Linear",
     "NTK",
     "DynamicNTK",
-    "Yarn",
-    "LongRope",
+    "Linear",
     "Llama3",
-    "yarn_mscale",
-    "yarn_correction_range",
+    "LongRope",
+    "Scaling",
+    "Yarn",
     "mla_softmax_scale",
+    "yarn_correction_range",
+    "yarn_mscale",
 ]

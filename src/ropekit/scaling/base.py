@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 import torch
 
-__all__ = ["Scaling", "Linear", "check_number", "unchecked"]
+__all__ = ["Linear", "Scaling", "check_number", "unchecked"]
 
 T = TypeVar("T")
 

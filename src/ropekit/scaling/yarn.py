@@ -27,7 +27,7 @@ import torch
 
 from ropekit.scaling.base import Scaling, check_number
 
-__all__ = ["Yarn", "yarn_mscale", "yarn_correction_range", "mla_softmax_scale"]
+__all__ = ["Yarn", "mla_softmax_scale", "yarn_correction_range", "yarn_mscale"]
 
 
 def yarn_mscale(scale: float, mscale: float = 1.0) -> float:
@@ -91,7 +91,7 @@ class Yarn(Scaling):
             af = check_number("Yarn", "attention_factor", self.attention_factor_, lo=0.0, lo_open=True)
             object.__setattr__(self, "attention_factor_", af)
         if not isinstance(self.truncate, bool):
-            raise ValueError(f"Yarn.truncate must be a bool, got {self.truncate!r}")
+            raise TypeError(f"Yarn.truncate must be a bool, got {self.truncate!r}")
         if (
             self.mscale
             and self.mscale_all_dim

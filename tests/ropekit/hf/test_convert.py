@@ -40,7 +40,7 @@ def test_interleaved_model_with_converted_weights_gives_the_same_logits(rotary_d
     x = torch.randn(2, 10, dim, dtype=torch.float64)
     pos = torch.arange(10) + 1000
 
-    def logits(wq_, wk_, layout):  # noqa: ANN001, ANN202
+    def logits(wq_, wk_, layout):
         spec = RopeSpec(H, base=500_000.0, rotary_dim=rotary_dim, layout=layout)
         q = (x @ wq_.T).view(2, 10, n_q, H)
         k = (x @ wk_.T).view(2, 10, n_kv, H).repeat_interleave(n_q // n_kv, 2)

@@ -12,26 +12,26 @@ import pytest
 import torch
 
 transformers = pytest.importorskip("transformers")
-from transformers import AutoModelForCausalLM  # noqa: E402
+from transformers import AutoModelForCausalLM
 
-import ropekit.hf  # noqa: E402
-from ropekit.hf.patch import RopekitRotaryEmbedding  # noqa: E402
+import ropekit.hf
+from ropekit.hf.patch import RopekitRotaryEmbedding
 
 # initializer_range 0.5: with HF's default 0.02 attention is almost uniform and a wrong rotation goes unseen.
-SMALL = dict(
-    vocab_size=128,
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=256,
-    initializer_range=0.5,
-)
+SMALL = {
+    "vocab_size": 128,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 256,
+    "initializer_range": 0.5,
+}
 L0 = 32  # original length: test sequences (48 tokens, then generation) go past it
 
 
-def _cfg(model_type: str, **kw):  # noqa: ANN202
+def _cfg(model_type: str, **kw):
     base = {**SMALL, **kw}  # later keys win
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -162,7 +162,7 @@ FAMILIES = {
 }
 
 
-def _pair(name: str):  # noqa: ANN202
+def _pair(name: str):
     torch.manual_seed(0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -185,9 +185,13 @@ def test_full_forward_logits_equal(name: str) -> None:
 def test_generation_with_kv_cache_equal(name: str) -> None:
     ref, ours = _pair(name)
     ids = torch.randint(0, 128, (1, L0 - 4))  # prompt below L0, generation crosses it
-    kw = dict(
-        max_new_tokens=12, do_sample=False, output_scores=True, return_dict_in_generate=True, pad_token_id=0
-    )
+    kw = {
+        "max_new_tokens": 12,
+        "do_sample": False,
+        "output_scores": True,
+        "return_dict_in_generate": True,
+        "pad_token_id": 0,
+    }
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ga, gb = ref.generate(ids, **kw), ours.generate(ids, **kw)
@@ -210,7 +214,7 @@ def test_negative_control_a_wrong_base_is_detected(name: str) -> None:
 
 
 def test_unpatched_models_of_the_family_are_untouched() -> None:
-    ref, ours = _pair("llama-llama3")
+    ref, _ours = _pair("llama-llama3")
     other = copy.deepcopy(ref)  # the family's apply function is wrapped, but this model is not patched
     ids = torch.randint(0, 128, (1, 40))
     with torch.no_grad():
@@ -218,7 +222,7 @@ def test_unpatched_models_of_the_family_are_untouched() -> None:
 
 
 def test_bf16_patched_model_uses_float32_tables() -> None:
-    ref, ours = _pair("llama-llama3")
+    _ref, ours = _pair("llama-llama3")
     ours = ours.to(torch.bfloat16)
     ids = torch.randint(0, 128, (1, 40))
     with torch.no_grad():

@@ -44,32 +44,36 @@ def test_tasks() -> None:
 
 
 def test_resumed_training_equals_uninterrupted(tmp_path: Path) -> None:
+    """Interrupt a run after 3 of 6 steps, resume from the safetensors checkpoint: the same weights as straight."""
     data = torch.randint(0, 256, (5000,), dtype=torch.uint8)
     cfg = LMConfig(d_model=32, n_layers=1, n_heads=2, n_kv_heads=1, ffn=64)
 
-    def batcher(g: torch.Generator):  # noqa: ANN202
+    def batcher(g: torch.Generator):
         return train_batch(data, 4, 16, g)
 
     torch.manual_seed(0)
     straight = TinyLM(cfg)
     train(straight, batcher, steps=6, seed=3, desc="straight")
+
+    calls = {"n": 0}
+
+    def interrupted(g: torch.Generator):
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise KeyboardInterrupt  # the process dies during step 4
+        return batcher(g)
+
+    ckpt = tmp_path / "run.safetensors"
     torch.manual_seed(0)
-    part = TinyLM(cfg)
-    ckpt = tmp_path / "c.safetensors"
-    train(part, batcher, steps=6, seed=3, desc="part", ckpt=ckpt, ckpt_every=3)
-    torch.manual_seed(0)
+    with pytest.raises(KeyboardInterrupt):
+        train(TinyLM(cfg), interrupted, steps=6, seed=3, desc="interrupted", ckpt=ckpt, ckpt_every=3)
+    step, meta = load_checkpoint(ckpt, TinyLM(cfg), None, None)
+    assert step == 3 and meta["steps"] == 6
+    assert ckpt.read_bytes()[8:9] == b"{"  # safetensors: an 8-byte length, then a JSON header (not a pickle)
+
+    torch.manual_seed(1)  # a different init: everything must come from the checkpoint
     resumed = TinyLM(cfg)
-    step, meta = load_checkpoint(ckpt, resumed, None, None)
-    assert step == 6 and meta["steps"] == 6
-    # interrupt after 3 steps: rebuild from the step-3 checkpoint and finish
-    torch.manual_seed(0)
-    first = TinyLM(cfg)
-    ck3 = tmp_path / "c3.safetensors"
-    train(first, batcher, steps=6, seed=3, desc="first", ckpt=ck3, ckpt_every=3)
-    torch.manual_seed(0)
-    again = TinyLM(cfg)
-    res = train(again, batcher, steps=6, seed=3, desc="again", ckpt=ck3)
-    assert res.resumed_from == 6
-    for (n, a), (_, b) in zip(straight.state_dict().items(), part.state_dict().items()):
+    res = train(resumed, batcher, steps=6, seed=3, desc="resumed", ckpt=ckpt)
+    assert res.resumed_from == 3
+    for (n, a), (_, b) in zip(straight.state_dict().items(), resumed.state_dict().items(), strict=True):
         assert torch.equal(a, b), n
-    assert open(ckpt, "rb").read(8)  # a safetensors file (header length), never a pickle

@@ -8,7 +8,7 @@ import torch
 from ropekit.lab.encodings import ENCODINGS
 from ropekit.lab.model import LMConfig, TinyLM
 
-CFG = dict(d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn=64, max_positions=64)
+CFG = {"d_model": 32, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "ffn": 64, "max_positions": 64}
 
 
 @pytest.mark.parametrize("encoding", sorted(ENCODINGS))

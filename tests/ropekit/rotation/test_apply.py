@@ -16,27 +16,27 @@ def _qk(b: int = 2, s: int = 5, hq: int = 4, hk: int = 2, d: int = 16) -> tuple[
 
 
 BAD_CALLS = [
-    ("q", dict(q="not a tensor"), TypeError, "q must be a torch.Tensor"),
-    ("q", dict(q=torch.randn(2, 5, 4, 8)), ValueError, "head_dim=16"),
-    ("q", dict(q=torch.randn(2, 5, 16)), ValueError, "got shape (2, 5, 16)"),
-    ("q", dict(q=torch.randint(0, 3, (2, 5, 4, 16))), ValueError, "torch.int64"),
-    ("k", dict(k=torch.randn(2, 6, 2, 16)), ValueError, "seq=6"),
-    ("positions", dict(positions=torch.arange(4)), ValueError, "got (4,)"),
-    ("positions", dict(positions=torch.arange(5).to(torch.bfloat16)), ValueError, "bfloat16"),
-    ("positions", dict(positions=torch.arange(5).to(torch.float16)), ValueError, "float16"),
-    ("positions", dict(positions=torch.ones(5, dtype=torch.bool)), ValueError, "torch.bool"),
-    ("positions", dict(positions=torch.tensor([0.0, 1.0, float("nan"), 3.0, 4.0])), ValueError, "nan"),
+    ("q", {"q": "not a tensor"}, TypeError, "q must be a torch.Tensor"),
+    ("q", {"q": torch.randn(2, 5, 4, 8)}, ValueError, "head_dim=16"),
+    ("q", {"q": torch.randn(2, 5, 16)}, ValueError, "got shape (2, 5, 16)"),
+    ("q", {"q": torch.randint(0, 3, (2, 5, 4, 16))}, ValueError, "torch.int64"),
+    ("k", {"k": torch.randn(2, 6, 2, 16)}, ValueError, "seq=6"),
+    ("positions", {"positions": torch.arange(4)}, ValueError, "got (4,)"),
+    ("positions", {"positions": torch.arange(5).to(torch.bfloat16)}, ValueError, "bfloat16"),
+    ("positions", {"positions": torch.arange(5).to(torch.float16)}, ValueError, "float16"),
+    ("positions", {"positions": torch.ones(5, dtype=torch.bool)}, ValueError, "torch.bool"),
+    ("positions", {"positions": torch.tensor([0.0, 1.0, float("nan"), 3.0, 4.0])}, ValueError, "nan"),
     (
         "positions",
-        dict(positions=torch.arange(5.0, dtype=torch.float64).requires_grad_()),
+        {"positions": torch.arange(5.0, dtype=torch.float64).requires_grad_()},
         ValueError,
         "requires grad",
     ),
-    ("positions", dict(positions=[0, 1, 2, 3, 4]), TypeError, "positions must be a torch.Tensor"),
-    ("format", dict(format="sbhd"), ValueError, "'sbhd'"),
-    ("spec", dict(spec={"head_dim": 16}), TypeError, "spec must be a ropekit.RopeSpec"),
-    ("backend", dict(backend="cuda-magic"), ValueError, "'cuda-magic'"),
-    ("inplace", dict(inplace="yes"), TypeError, "'yes'"),
+    ("positions", {"positions": [0, 1, 2, 3, 4]}, TypeError, "positions must be a torch.Tensor"),
+    ("format", {"format": "sbhd"}, ValueError, "'sbhd'"),
+    ("spec", {"spec": {"head_dim": 16}}, TypeError, "spec must be a ropekit.RopeSpec"),
+    ("backend", {"backend": "cuda-magic"}, ValueError, "'cuda-magic'"),
+    ("inplace", {"inplace": "yes"}, TypeError, "'yes'"),
 ]
 
 
@@ -44,10 +44,17 @@ BAD_CALLS = [
     "name,override,exc,fragment", BAD_CALLS, ids=[f"{c[0]}-{i}" for i, c in enumerate(BAD_CALLS)]
 )
 @pytest.mark.parametrize("inplace", [False, True])
-def test_bad_input_is_refused_before_any_write(name, override, exc, fragment, inplace) -> None:  # noqa: ANN001
+def test_bad_input_is_refused_before_any_write(name, override, exc, fragment, inplace) -> None:
     q, k = _qk()
     q0, k0 = q.clone(), k.clone()
-    kwargs = dict(q=q, k=k, positions=torch.arange(5), spec=SPEC, format="bshd", inplace=inplace)
+    kwargs = {
+        "q": q,
+        "k": k,
+        "positions": torch.arange(5),
+        "spec": SPEC,
+        "format": "bshd",
+        "inplace": inplace,
+    }
     kwargs.update(override)
     with pytest.raises(exc) as info:
         apply_rope(kwargs.pop("q"), kwargs.pop("k"), kwargs.pop("positions"), kwargs.pop("spec"), **kwargs)

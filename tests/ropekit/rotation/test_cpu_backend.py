@@ -34,7 +34,7 @@ def _x(fmt: str, b: int, s: int, h: int, d: int, dtype: torch.dtype) -> torch.Te
         itertools.product(DTYPES, ["half", "interleaved"], ["bshd", "bhsd", "thd"], [False, True], [None, 16])
     ),
 )
-def test_identical_to_the_pytorch_backend(dtype, layout, fmt, inplace, rot) -> None:  # noqa: ANN001
+def test_identical_to_the_pytorch_backend(dtype, layout, fmt, inplace, rot) -> None:
     spec = RopeSpec(64, base=500_000.0, rotary_dim=rot, layout=layout)
     b = 1 if fmt == "thd" else 2
     q, k = _x(fmt, b, 37, 6, 64, dtype), _x(fmt, b, 37, 2, 64, dtype)
@@ -118,14 +118,14 @@ def _probe(env: dict[str, str]) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def test_build_is_cached_across_processes(tmp_path) -> None:  # noqa: ANN001
+def test_build_is_cached_across_processes(tmp_path) -> None:
     first = _probe({"ROPEKIT_CACHE_DIR": str(tmp_path)})
     second = _probe({"ROPEKIT_CACHE_DIR": str(tmp_path)})
     assert first["available"] and first["built"] and second["available"] and not second["built"]
     assert len(list(tmp_path.glob("rope_cpu-*.so"))) == 1
 
 
-def test_without_a_compiler_it_falls_back_with_one_message(tmp_path) -> None:  # noqa: ANN001
+def test_without_a_compiler_it_falls_back_with_one_message(tmp_path) -> None:
     res = _probe({"ROPEKIT_CACHE_DIR": str(tmp_path), "CC": "", "PATH": str(tmp_path)})
     assert not res["available"] and "no C compiler" in res["reason"]
     assert len(res["warnings"]) == 1 and "pure-PyTorch backend" in res["warnings"][0]

@@ -81,14 +81,14 @@ def test_common_recipe_is_measurably_wrong_negative_control() -> None:
     assert (c_common.double() - c_ref).abs().max().item() > 0.1
 
 
-def _logits(q: torch.Tensor, k: torch.Tensor, pos: torch.Tensor, spec: RopeSpec, tables=None) -> torch.Tensor:  # noqa: ANN001
+def _logits(q: torch.Tensor, k: torch.Tensor, pos: torch.Tensor, spec: RopeSpec, tables=None) -> torch.Tensor:
     if tables is None:
         qr, kr = apply_rope(q, k, pos, spec)
     else:
         cos, sin = tables(pos, spec)
         n = spec.n_bands
         c, s = cos[None, :, None, :], sin[None, :, None, :]
-        rot = lambda x: torch.cat([x[..., :n] * c - x[..., n:] * s, x[..., n:] * c + x[..., :n] * s], -1)  # noqa: E731
+        rot = lambda x: torch.cat([x[..., :n] * c - x[..., n:] * s, x[..., n:] * c + x[..., :n] * s], -1)
         qr, kr = rot(q), rot(k)
     return torch.einsum("bshd,bthd->bhst", qr, kr) / math.sqrt(spec.head_dim)  # float32 dot products
 

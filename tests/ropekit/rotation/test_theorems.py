@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
@@ -54,7 +55,7 @@ def _rot(x: torch.Tensor, pos: float, spec: RopeSpec) -> torch.Tensor:
     per_row=st.booleans(),
     data=st.data(),
 )
-def test_matches_block_diagonal_reference(spec, fmt, dtype, batch, seq, heads, per_row, data) -> None:  # noqa: ANN001
+def test_matches_block_diagonal_reference(spec, fmt, dtype, batch, seq, heads, per_row, data) -> None:
     """apply_rope equals R_{Theta,p} x for every token, GQA head counts, every format and dtype."""
     hq, hk = heads[0] * heads[1], heads[1]
     if fmt == "thd":
@@ -180,4 +181,4 @@ def test_multi_scale_theorem_13_2_periods_span_orders_of_magnitude() -> None:
     periods = [2 * math.pi / t for t in spec.inv_freq(dtype=torch.float64).tolist()]
     assert math.isclose(periods[0], 2 * math.pi)
     assert math.isclose(periods[-1], 2 * math.pi * 10_000 ** (126 / 128), rel_tol=1e-12)
-    assert all(b > a for a, b in zip(periods, periods[1:]))
+    assert all(b > a for a, b in itertools.pairwise(periods))

@@ -35,7 +35,7 @@ def _x(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         )
     ),
 )
-def test_matches_reference_q_and_k_in_one_launch(dtype, layout, fmt, inplace, rot) -> None:  # noqa: ANN001
+def test_matches_reference_q_and_k_in_one_launch(dtype, layout, fmt, inplace, rot) -> None:
     spec = RopeSpec(32, base=500_000.0, rotary_dim=rot, layout=layout)
     b, s, hq, hk = (1 if fmt == "thd" else 2), 5, 6, 2
     shape = {"bshd": (b, s, hq, 32), "bhsd": (b, hq, s, 32), "thd": (s, hq, 32)}[fmt]

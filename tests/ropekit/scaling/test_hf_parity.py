@@ -16,9 +16,9 @@ import torch
 from ropekit import RopeSpec
 
 transformers = pytest.importorskip("transformers")
-from transformers import LlamaConfig  # noqa: E402
-from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # noqa: E402
-from transformers.models.phi3.modeling_phi3 import Phi3RotaryEmbedding  # noqa: E402
+from transformers import LlamaConfig
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+from transformers.models.phi3.modeling_phi3 import Phi3RotaryEmbedding
 
 RTOL = 5e-7  # ~4 float32 ulps
 
@@ -26,9 +26,12 @@ RTOL = 5e-7  # ~4 float32 ulps
 def _hf(
     rope: dict, *, head_dim: int, max_pos: int, seq_len: int | None, schema: str
 ) -> tuple[torch.Tensor, float]:
-    kw = dict(
-        hidden_size=head_dim * 4, num_attention_heads=4, head_dim=head_dim, max_position_embeddings=max_pos
-    )
+    kw = {
+        "hidden_size": head_dim * 4,
+        "num_attention_heads": 4,
+        "head_dim": head_dim,
+        "max_position_embeddings": max_pos,
+    }
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if schema == "v5":
@@ -73,14 +76,18 @@ def _ours(rope: dict, *, head_dim: int, max_pos: int, seq_len: int | None, schem
 
 def _check(
     rope: dict, *, head_dim: int = 128, max_pos: int = 131072, seq_lens=(None,), schemas=("v5", "v4")
-) -> None:  # noqa: ANN001
+) -> None:
     for schema, seq_len in itertools.product(schemas, seq_lens):
         inv_hf, a_hf = _hf(rope, head_dim=head_dim, max_pos=max_pos, seq_len=seq_len, schema=schema)
         spec = _ours(rope, head_dim=head_dim, max_pos=max_pos, seq_len=seq_len, schema=schema)
         inv = spec.inv_freq(seq_len)
         assert inv.shape == inv_hf.shape, (rope, schema)
         torch.testing.assert_close(
-            inv, inv_hf.float(), rtol=RTOL, atol=0, msg=lambda m: f"{rope} {schema} seq_len={seq_len}: {m}"
+            inv,
+            inv_hf.float(),
+            rtol=RTOL,
+            atol=0,
+            msg=lambda m, schema=schema, seq_len=seq_len: f"{rope} {schema} seq_len={seq_len}: {m}",
         )
         assert spec.attention_factor == pytest.approx(float(a_hf), rel=1e-12), (rope, schema)
 
@@ -104,54 +111,54 @@ def test_dynamic_both_sides_of_the_original_length(factor: float, max_pos: int) 
 
 
 YARN = [
-    dict(factor=4.0, original_max_position_embeddings=32768, rope_theta=1e6),  # Qwen3 / Qwen2.5 x4
-    dict(
-        factor=32.0,
-        original_max_position_embeddings=4096,
-        rope_theta=150_000.0,
-        truncate=False,
-        beta_fast=32.0,
-        beta_slow=1.0,
-    ),  # gpt-oss
-    dict(
-        factor=40.0,
-        original_max_position_embeddings=4096,
-        rope_theta=10_000.0,
-        mscale=1.0,
-        mscale_all_dim=1.0,
-        beta_fast=32,
-        beta_slow=1,
-    ),  # DeepSeek-V3
-    dict(
-        factor=40.0,
-        original_max_position_embeddings=4096,
-        rope_theta=10_000.0,
-        mscale=0.707,
-        mscale_all_dim=0.707,
-    ),  # DeepSeek-V2
-    dict(
-        factor=16.0,
-        original_max_position_embeddings=8192,
-        rope_theta=10_000.0,
-        mscale=1.0,
-        mscale_all_dim=0.5,
-    ),
-    dict(
-        factor=8.0,
-        original_max_position_embeddings=4096,
-        rope_theta=10_000.0,
-        beta_fast=16.0,
-        beta_slow=2.0,
-        attention_factor=1.0,
-    ),  # explicit 1.0 wins
-    dict(
-        factor=2.0,
-        original_max_position_embeddings=2048,
-        rope_theta=500_000.0,
-        attention_factor=0.8,
-        truncate=True,
-    ),
-    dict(factor=1.0, original_max_position_embeddings=4096, rope_theta=10_000.0),
+    {"factor": 4.0, "original_max_position_embeddings": 32768, "rope_theta": 1e6},  # Qwen3 / Qwen2.5 x4
+    {
+        "factor": 32.0,
+        "original_max_position_embeddings": 4096,
+        "rope_theta": 150_000.0,
+        "truncate": False,
+        "beta_fast": 32.0,
+        "beta_slow": 1.0,
+    },  # gpt-oss
+    {
+        "factor": 40.0,
+        "original_max_position_embeddings": 4096,
+        "rope_theta": 10_000.0,
+        "mscale": 1.0,
+        "mscale_all_dim": 1.0,
+        "beta_fast": 32,
+        "beta_slow": 1,
+    },  # DeepSeek-V3
+    {
+        "factor": 40.0,
+        "original_max_position_embeddings": 4096,
+        "rope_theta": 10_000.0,
+        "mscale": 0.707,
+        "mscale_all_dim": 0.707,
+    },  # DeepSeek-V2
+    {
+        "factor": 16.0,
+        "original_max_position_embeddings": 8192,
+        "rope_theta": 10_000.0,
+        "mscale": 1.0,
+        "mscale_all_dim": 0.5,
+    },
+    {
+        "factor": 8.0,
+        "original_max_position_embeddings": 4096,
+        "rope_theta": 10_000.0,
+        "beta_fast": 16.0,
+        "beta_slow": 2.0,
+        "attention_factor": 1.0,
+    },  # explicit 1.0 wins
+    {
+        "factor": 2.0,
+        "original_max_position_embeddings": 2048,
+        "rope_theta": 500_000.0,
+        "attention_factor": 0.8,
+        "truncate": True,
+    },
+    {"factor": 1.0, "original_max_position_embeddings": 4096, "rope_theta": 10_000.0},
 ]
 
 

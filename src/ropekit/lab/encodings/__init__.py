@@ -14,14 +14,14 @@ from ropekit.lab.encodings.sinusoidal import Sinusoidal
 from ropekit.lab.encodings.t5 import T5Bias
 
 __all__ = [
-    "PositionalEncoding",
-    "NoPE",
-    "Sinusoidal",
-    "Learned",
-    "ALiBi",
-    "T5Bias",
-    "RoPE",
     "ENCODINGS",
+    "ALiBi",
+    "Learned",
+    "NoPE",
+    "PositionalEncoding",
+    "RoPE",
+    "Sinusoidal",
+    "T5Bias",
     "build_encoding",
 ]
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import json
 import platform
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -16,7 +17,7 @@ from ropekit.lab.data import Corpus, train_batch
 from ropekit.lab.model import LMConfig, TinyLM
 from ropekit.lab.train import TrainResult, train
 
-__all__ = ["Budget", "budget", "prepare", "trained_model", "write_outputs", "environment", "md_table"]
+__all__ = ["Budget", "budget", "environment", "md_table", "prepare", "trained_model", "write_outputs"]
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from ropekit.lab.evaluate import per_position_loss, perplexity
-from ropekit.lab.experiments.common import environment, prepare, md_table, trained_model, write_outputs
+from ropekit.lab.experiments.common import environment, md_table, prepare, trained_model, write_outputs
 
-__all__ = ["run", "ENCODINGS"]
+__all__ = ["ENCODINGS", "run"]
 
 ENCODINGS = ("nope", "sinusoidal", "learned", "alibi", "t5", "rope")
 # ALiBi Table 2 (non-overlapping), ppl at L_valid / L_train = 1, ~2 (1012/512), ~5 (2512/512), ~15 (7512/512).

@@ -20,16 +20,18 @@ import torch
 
 from ropekit.lab.data import train_batch
 from ropekit.lab.evaluate import perplexity
-from ropekit.lab.experiments.common import environment, prepare, md_table, trained_model, write_outputs
+from ropekit.lab.experiments.common import environment, md_table, prepare, trained_model, write_outputs
+from ropekit.lab.model import LMConfig
+from ropekit.rotation.apply import apply_rope
 from ropekit.spec import RopeSpec
 
-__all__ = ["run", "band_norms", "positional_heads"]
+__all__ = ["band_norms", "positional_heads", "run"]
 
 P_VALUES = (0.25, 0.5, 0.75, 1.0)
 
 
 @torch.no_grad()
-def band_norms(model, tokens: torch.Tensor) -> dict[str, list[list[float]]]:  # noqa: ANN001
+def band_norms(model, tokens: torch.Tensor) -> dict[str, list[list[float]]]:
     """Mean norm of each (i, i + n) pair of q and k per layer (before rotation): {"q": [layer][band], "k": ...}."""
     rec: dict[str, list] = {"q": [], "k": []}
     hooks = []
@@ -53,7 +55,7 @@ def band_norms(model, tokens: torch.Tensor) -> dict[str, list[list[float]]]:  # 
 
 
 @torch.no_grad()
-def positional_heads(model, tokens: torch.Tensor, threshold: float = 0.5) -> list[dict[str, Any]]:  # noqa: ANN001
+def positional_heads(model, tokens: torch.Tensor, threshold: float = 0.5) -> list[dict[str, Any]]:
     """Previous-token and diagonal heads, with the three bands contributing most to their logits."""
     q_rec: list[torch.Tensor] = []
     k_rec: list[torch.Tensor] = []
@@ -73,8 +75,6 @@ def positional_heads(model, tokens: torch.Tensor, threshold: float = 0.5) -> lis
         att = blk.attn.last_attention  # (b, h, s, s)
         q = q_rec[li].view(b, s, cfg.n_heads, hd)
         k = k_rec[li].view(b, s, cfg.n_kv_heads, hd).repeat_interleave(rep, 2)
-        from ropekit.rotation.apply import apply_rope
-
         qr, kr = apply_rope(q, k, pos, spec)
         for h in range(cfg.n_heads):
             prev = att[:, h].diagonal(offset=-1, dim1=-2, dim2=-1).mean().item()
@@ -123,7 +123,7 @@ def run(
                     seed=seed,
                     out=out,
                     tag=tag,
-                    spec=RopeSpec(model_head_dim(), p=p),
+                    spec=RopeSpec(LMConfig().head_dim, p=p),
                 )
             sweep.append(
                 {
@@ -158,12 +158,6 @@ def run(
 
     result["files"] = write_outputs(out, "frequencies", result, md, plot)
     return result
-
-
-def model_head_dim() -> int:
-    from ropekit.lab.model import LMConfig
-
-    return LMConfig().head_dim
 
 
 def _markdown(res: dict[str, Any]) -> str:
@@ -217,8 +211,10 @@ def _markdown(res: dict[str, Any]) -> str:
             d["p = 0.25"] > d["p = 0.75"],
         ),
         (
-            f"positional heads rely on high-frequency bands (top bands of detected heads in the fastest third: "
-            f"{sum(1 for h in heads if h['top_bands'][0] < third)}/{len(heads)})",
+            (
+                f"positional heads rely on high-frequency bands (top bands of detected heads in the fastest third: "
+                f"{sum(1 for h in heads if h['top_bands'][0] < third)}/{len(heads)})"
+            ),
             bool(heads) and all(h["top_bands"][0] < third for h in heads),
         ),
     ]

@@ -16,15 +16,15 @@ from typing import Any
 import torch
 
 from ropekit.lab.data import passkey_batch
-from ropekit.lab.experiments.common import environment, prepare, md_table, trained_model, write_outputs
+from ropekit.lab.experiments.common import environment, md_table, prepare, trained_model, write_outputs
 
-__all__ = ["run", "accuracy"]
+__all__ = ["accuracy", "run"]
 
 ENCODINGS = ("nope", "sinusoidal", "learned", "alibi", "t5", "rope")
 
 
 @torch.no_grad()
-def accuracy(model, length: int, trials: int, seed: int) -> float:  # noqa: ANN001
+def accuracy(model, length: int, trials: int, seed: int) -> float:
     g = torch.Generator().manual_seed(seed)
     hits = 0
     depths = [0.1 + 0.8 * i / max(1, trials - 1) for i in range(trials)]
@@ -102,8 +102,10 @@ def run(
     if {"rope"} <= have:
         claims.append(
             (
-                f"RoPE retrieves in-distribution but fails past its length (1x {mean('rope', train_len):.2f}, "
-                f"{mults[-1]}x {mean('rope', mults[-1] * train_len):.2f})",
+                (
+                    f"RoPE retrieves in-distribution but fails past its length (1x {mean('rope', train_len):.2f}, "
+                    f"{mults[-1]}x {mean('rope', mults[-1] * train_len):.2f})"
+                ),
                 mean("rope", train_len) >= 0.5
                 and mean("rope", mults[-1] * train_len) < mean("rope", train_len),
             )

@@ -13,10 +13,10 @@ from typing import Any
 from ropekit.analysis.compare import build_scheme
 from ropekit.lab.data import train_batch
 from ropekit.lab.evaluate import perplexity
-from ropekit.lab.experiments.common import environment, prepare, md_table, trained_model, write_outputs
+from ropekit.lab.experiments.common import environment, md_table, prepare, trained_model, write_outputs
 from ropekit.lab.train import train
 
-__all__ = ["run", "SCHEMES"]
+__all__ = ["SCHEMES", "run"]
 
 SCHEMES = ("none", "linear", "ntk", "dynamic", "yarn", "llama3")
 
@@ -69,7 +69,7 @@ def run(
             fb = max(1, b.batch * train_len // ft_len)
             r = train(
                 model,
-                lambda g: train_batch(data.train, fb, ft_len, g),
+                lambda g, fb=fb, ft_len=ft_len: train_batch(data.train, fb, ft_len, g),
                 steps=b.ft_steps,
                 seed=1000 + seed,
                 lr=3e-4,
