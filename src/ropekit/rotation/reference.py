@@ -68,7 +68,7 @@ def rotation_matrix(spec: RopeSpec, position: float) -> torch.Tensor:
         blocks.append(torch.tensor([[c, -s], [s, c]], dtype=torch.float64))
     if spec.head_dim > r:
         blocks.append(torch.eye(spec.head_dim - r, dtype=torch.float64))
-    m = torch.block_diag(*blocks)
+    m: torch.Tensor = torch.block_diag(*blocks)  # type: ignore[no-untyped-call]
     perm = layout_permutation(spec)
     # x_layout = P x_inter with P[j, perm[j]] = 1, so M_layout = P M P^T.
     return m[perm][:, perm]

@@ -35,12 +35,13 @@ def check_number(
 ) -> float:
     """Return ``value`` as a float if it is a finite real number (and above ``lo``), else raise ValueError."""
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    x = float(value) if ok else math.nan  # type: ignore[arg-type]  # ok implies a real number
     if ok and lo is not None:
-        ok = value > lo if lo_open else value >= lo
+        ok = x > lo if lo_open else x >= lo
     if not ok:
         bound = "" if lo is None else f" {'>' if lo_open else '>='} {lo:g}"
         raise ValueError(f"{owner}.{name} must be a finite number{bound}, got {value!r}")
-    return float(value)  # type: ignore[arg-type]
+    return x
 
 
 def unchecked(cls: type[T], **fields: Any) -> T:

@@ -50,7 +50,8 @@ class NTK(Scaling):
 
     def effective_base(self, base: float, *, rotary_dim: int, seq_len: int | None) -> float:
         x = self.alpha if self.alpha is not None else self.factor
-        return base * float(x) ** (rotary_dim / (rotary_dim - 2))
+        assert x is not None  # __post_init__ guarantees exactly one of them
+        return float(base * x ** (rotary_dim / (rotary_dim - 2)))
 
     def to_hf(self) -> dict[str, Any]:
         if self.alpha is not None:  # HF's model-local name; HunYuan checkpoints spell it dynamic + alpha
@@ -80,7 +81,7 @@ class DynamicNTK(Scaling):
     def effective_base(self, base: float, *, rotary_dim: int, seq_len: int | None) -> float:
         L = self.max_position_embeddings
         ln = max(seq_len if seq_len is not None else L, L)
-        return base * (self.factor * ln / L - (self.factor - 1)) ** (rotary_dim / (rotary_dim - 2))
+        return float(base * (self.factor * ln / L - (self.factor - 1)) ** (rotary_dim / (rotary_dim - 2)))
 
     def to_hf(self) -> dict[str, Any]:
         return {"rope_type": "dynamic", "factor": self.factor}
