@@ -51,7 +51,7 @@ def yarn_correction_range(
 
 def mla_softmax_scale(qk_head_dim: int, factor: float, mscale_all_dim: float | None) -> float:
     """DeepSeek MLA softmax scale: qk_head_dim^-0.5 * m(s, mscale_all_dim)^2 (plain qk_head_dim^-0.5 without it)."""
-    scale = float(qk_head_dim) ** -0.5
+    scale: float = qk_head_dim**-0.5
     if mscale_all_dim:
         m = yarn_mscale(factor, mscale_all_dim)
         scale *= m * m
