@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from ropekit.cli import inspect_cmd, precision_cmd
+from ropekit.cli import report_cmd
 from ropekit.presets import PRESETS, get_preset
 from ropekit.spec import LAYOUTS, RopeSpec
 
@@ -99,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--window", type=int, default=2048, help="positions measured ending at each position (default 2048)"
     )
     pp.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    report_cmd.add_parser(sub)
     return parser
 
 
@@ -219,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
             return _bench(args)
         if args.command == "lab":
             return _lab(args)
+        if args.command == "report":
+            return report_cmd.run(args)
         return precision_cmd.run(
             spec_from_args(args),
             args.positions,
