@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 from ropekit.cli import inspect_cmd, precision_cmd
-from ropekit.cli import report_cmd
 from ropekit.presets import PRESETS, get_preset
 from ropekit.spec import LAYOUTS, RopeSpec
 
@@ -100,6 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--window", type=int, default=2048, help="positions measured ending at each position (default 2048)"
     )
     pp.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    from ropekit.cli import report_cmd
+
     report_cmd.add_parser(sub)
     return parser
 
@@ -222,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "lab":
             return _lab(args)
         if args.command == "report":
+            from ropekit.cli import report_cmd
+
             return report_cmd.run(args)
         return precision_cmd.run(
             spec_from_args(args),

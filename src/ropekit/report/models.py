@@ -85,7 +85,9 @@ def analyse_lab_model(model: Any, tokens: torch.Tensor, inputs: str) -> WeightAn
     """Band norms and positional scores of a lab TinyLM with a RoPE encoding run on ``tokens`` [b, s]."""
     spec = getattr(model.pe, "spec", None)
     if not isinstance(spec, RopeSpec):
-        raise ValueError(f"the lab model's encoding {model.cfg.encoding!r} has no RoPE bands to analyse")
+        raise ValueError(  # noqa: TRY004 - the CLI reports ValueErrors
+            f"the lab model's encoding {model.cfg.encoding!r} has no RoPE bands to analyse"
+        )
     q: list[torch.Tensor] = []
     k: list[torch.Tensor] = []
     hooks = []

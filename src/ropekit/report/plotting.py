@@ -55,7 +55,7 @@ def label_axes(
     ax.set_ylabel(ylabel)
     ax.grid(True, which="major", alpha=0.3)
     if legend:
-        handles, labels = ax.get_legend_handles_labels()
+        handles, _labels = ax.get_legend_handles_labels()
         if not handles:
             raise ValueError(f"panel {title!r}: legend requested but no plotted element has a label")
         ax.legend(fontsize=legend_kw.pop("fontsize", 8), **legend_kw)

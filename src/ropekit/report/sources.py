@@ -56,7 +56,7 @@ def _read_json(path: Path) -> dict[str, Any]:
     except (OSError, json.JSONDecodeError) as e:
         raise ValueError(f"SOURCE {str(path)!r}: cannot read it as JSON ({e})") from None
     if not isinstance(cfg, dict):
-        raise ValueError(
+        raise ValueError(  # noqa: TRY004 - the CLI reports ValueErrors
             f"SOURCE {str(path)!r}: expected a JSON object (a config.json), got {type(cfg).__name__}"
         )
     return cfg
@@ -110,7 +110,7 @@ def _lab_checkpoint(path: Path, weights: bool) -> Source:
     try:
         with safe_open(str(path), framework="pt") as f:
             md = f.metadata() or {}
-    except Exception as e:  # safetensors raises its own error types
+    except Exception as e:  # noqa: BLE001 - safetensors raises its own error types
         raise ValueError(f"SOURCE {str(path)!r}: not a readable safetensors file ({e})") from None
     if "meta" not in md:
         raise ValueError(f"SOURCE {str(path)!r}: a safetensors file without lab checkpoint metadata ('meta')")
