@@ -161,9 +161,15 @@ def weights_figure(w: WeightAnalysis, name: str) -> Any:
         (w.previous, "attention on previous token", "head", "layer", "magma"),
         (w.diagonal, "attention on own token", "head", "layer", "magma"),
     )
+    from matplotlib.ticker import MaxNLocator
+
     for ax, (data, title, xl, yl, cmap) in zip(axes, panels):
-        im = ax.imshow(data.tolist(), aspect="auto", cmap=cmap, interpolation="nearest")
-        unit = "norm" if "band" in xl else "attention weight (0..1)"
-        fig.colorbar(im, ax=ax, label=unit)
+        attention = "band" not in xl
+        limits = {"vmin": 0.0, "vmax": 1.0} if attention else {}
+        im = ax.imshow(data.tolist(), aspect="auto", cmap=cmap, interpolation="nearest", **limits)
+        fig.colorbar(im, ax=ax, label="attention weight (0..1)" if attention else "mean band norm")
         label_axes(ax, title=f"{title}\n{name}", xlabel=xl, ylabel=yl, legend=False)
+        ax.grid(False)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     return fig
