@@ -29,7 +29,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="also print the numbers behind every figure as JSON")
 
 
-def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """Run ``ropekit report`` for parsed ``args``; ``out``/``err`` default to the current sys.stdout/stderr."""
     from ropekit.report.build import build_report
     from ropekit.report.page import write_report
     from ropekit.report.sources import resolve
@@ -44,6 +45,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.st
         source = dataclasses.replace(source, context=args.context)
     report = build_report(source)
     path = write_report(report, Path(args.out), seconds=time.perf_counter() - t0)
+    out, err = out or sys.stdout, err or sys.stderr
     if args.json:
         (Path(args.out) / "report.json").write_text(json.dumps(report.data) + "\n")
         print(json.dumps(report.data), file=out)
