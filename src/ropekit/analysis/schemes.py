@@ -7,7 +7,8 @@ with HF's default parameters, and band i's ratio theta_i / theta'_i is reported:
 
 - PI / linear (Chen et al. 2023, arXiv 2306.15595): theta / s for every band;
 - NTK-aware (bloc97 2023): base * s^(r / (r - 2));
-- dynamic NTK (HF): NTK with the factor recomputed from the current length (here: at T);
+- dynamic NTK (HF): NTK with the factor recomputed from the current length; configured with factor s and evaluated
+  at T = s * L0 it is NTK with factor s^2 - s + 1 (HF's s * T / L0 - (s - 1)), so it stretches more than NTK;
 - YaRN (Peng et al. 2023, arXiv 2309.00071): NTK-by-parts ramp between beta_fast 32 and beta_slow 1, attention
   factor 0.1 ln s + 1;
 - Llama 3 (Meta 2024): wavelength bands with low_freq_factor 1, high_freq_factor 4;

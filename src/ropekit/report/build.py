@@ -109,8 +109,9 @@ def _spec_sections(spec: RopeSpec, context: int, name: str, out: dict[str, list[
     own = "; the thick line is the configuration's own" if spec.scaling is not None else ""
     add(
         "scaling",
-        f"Ratio 1 leaves a band untouched, {table.factor:g} interpolates it fully{own}; LongRoPE needs searched "
-        "per-band factors and appears only as a LongRoPE model's own.",
+        f"Ratio 1 leaves a band untouched, {table.factor:g} interpolates it fully{own}; dynamic NTK (factor "
+        f"{table.factor:g}, evaluated at the target) overshoots; LongRoPE needs searched per-band factors, so it "
+        "appears only as a LongRoPE model's own.",
         lambda: figures.schemes_figure(table, name),
     )
     m = decay_distances(context)

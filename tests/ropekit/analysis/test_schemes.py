@@ -50,3 +50,14 @@ def test_target_below_original_length_is_refused() -> None:
 def test_unknown_scheme_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown scheme 'pi'"):
         scheme_table(RopeSpec(8), context=16, target=64, schemes=("pi",))
+
+
+def test_dynamic_ntk_at_the_target_follows_hfs_formula() -> None:
+    """HF dynamic NTK with factor s at length T = s L0: base * (s T / L0 - (s - 1))^(r/(r-2)), i.e. an NTK factor
+    of s^2 - s + 1 -- it stretches more than static NTK at the same target."""
+    r, s = 64, 4.0
+    t = scheme_table(RopeSpec(r), context=2048, target=8192)
+    alpha = s * s - s + 1
+    assert t.ratio["dynamic"].tolist() == pytest.approx(
+        [alpha ** (2 * i / (r - 2)) for i in range(r // 2)], rel=1e-9
+    )
