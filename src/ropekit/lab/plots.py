@@ -25,7 +25,7 @@ def _unique(values: Iterable[Any]) -> list[Any]:
 
 
 def _mean(rows: list[dict[str, Any]], value: str, **match: Any) -> float:
-    return statistics.mean(r[value] for r in rows if all(r[k] == v for k, v in match.items()))
+    return float(statistics.mean(r[value] for r in rows if all(r[k] == v for k, v in match.items())))
 
 
 def extrapolation(fig: Any, result: dict[str, Any], *, quick: bool) -> None:

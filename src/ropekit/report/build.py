@@ -73,7 +73,7 @@ def decay_distances(context: int) -> torch.Tensor:
     hi = max(64, int(context))
     dense = torch.arange(0, 64, dtype=torch.float64)
     spread = torch.logspace(math.log10(64), math.log10(hi), 900, dtype=torch.float64).round()
-    return torch.cat([dense, spread]).unique()
+    return torch.tensor(sorted(set(torch.cat([dense, spread]).tolist())), dtype=torch.float64)
 
 
 def _scheme_target(spec: RopeSpec, context: int) -> int:

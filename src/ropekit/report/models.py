@@ -29,7 +29,7 @@ def sample_tokens(vocab: int, batch: int, length: int, seed: int = 0) -> torch.T
 
 def _collect(
     spec: RopeSpec, q: list[torch.Tensor], k: list[torch.Tensor], attn: list[torch.Tensor], inputs: str
-):
+) -> WeightAnalysis:
     if not q or len(q) != len(k) or len(q) != len(attn):
         raise ValueError(
             f"could not collect queries/keys/attention per layer (got {len(q)}, {len(k)}, {len(attn)} layers)"

@@ -96,7 +96,9 @@ def _hf_weights(path: Path, cfg: dict[str, Any]) -> WeightAnalysis:
         ) from e
     from ropekit.report.models import analyse_hf_model, sample_tokens
 
-    model = AutoModelForCausalLM.from_pretrained(str(path), attn_implementation="eager", use_safetensors=True)
+    model: Any = AutoModelForCausalLM.from_pretrained(
+        str(path), attn_implementation="eager", use_safetensors=True
+    )
     model.eval()
     types = layer_types(cfg)
     spec = RopeSpec.from_hf(cfg, layer_type=types[-1])
