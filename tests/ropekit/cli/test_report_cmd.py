@@ -57,3 +57,11 @@ def test_hf_model_folder_with_weights(tmp_path: Path, capsys: pytest.CaptureFixt
         assert w["q_norms"][0][band] == pytest.approx(want, rel=1e-5)
     page = (tmp_path / "out" / "index.html").read_text()
     assert '<section id="weights">' in page
+
+
+def test_bad_context_is_refused_before_anything_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["report", "llama-2-7b", "--out", str(tmp_path / "x"), "--context", "0"]) == 2
+    assert "--context must be a positive int, got 0" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
