@@ -26,7 +26,11 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--out", required=True, help="folder for index.html (created if missing)")
     p.add_argument("--context", type=int, default=None, help="context length (default: the model's)")
-    p.add_argument("--json", action="store_true", help="also print the numbers behind every figure as JSON")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the numbers behind every figure as JSON (also written to DIR/report.json)",
+    )
 
 
 def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:

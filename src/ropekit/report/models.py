@@ -60,7 +60,8 @@ def analyse_hf_model(model: Any, spec: RopeSpec, tokens: torch.Tensor) -> Weight
     attn_modules = [m for name, m in model.named_modules() if name.endswith("self_attn")]
     if not attn_modules or not all(hasattr(m, "q_proj") and hasattr(m, "k_proj") for m in attn_modules):
         raise ValueError(
-            f"{type(model).__name__}: expected Llama-style self_attn.q_proj / k_proj modules for the weight analysis"
+            f"{type(model).__name__}: expected Llama-style self_attn.q_proj / k_proj modules for the weight "
+            "analysis; pass the model's config.json instead for the configuration-only report"
         )
     for m in attn_modules:
         for store, proj, norm in ((q, "q_proj", "q_norm"), (k, "k_proj", "k_norm")):
