@@ -13,7 +13,7 @@ import statistics
 from collections.abc import Iterable
 from typing import Any
 
-from ropekit.report.plotting import label_axes, mark_quick, raw_and_smoothed
+from ropekit.report.plotting import label_axes, length_ticks, mark_quick, raw_and_smoothed
 
 __all__ = ["SMOOTH", "extrapolation", "frequencies", "passkey", "scaling"]
 
@@ -39,6 +39,7 @@ def extrapolation(fig: Any, result: dict[str, Any], *, quick: bool) -> None:
         )
     ax1.axvline(L, color="gray", ls=":", label=f"training length {L}")
     ax1.set(xscale="log", yscale="log")
+    length_ticks(ax1, lengths)
     label_axes(
         ax1,
         title=f"Perplexity by length (trained at {L})",
@@ -73,6 +74,7 @@ def scaling(fig: Any, result: dict[str, Any], *, quick: bool) -> None:
         )
     ax1.axvline(L, color="gray", ls=":", label=f"training length {L}")
     ax1.set(xscale="log", yscale="log")
+    length_ticks(ax1, lengths)
     label_axes(
         ax1,
         title="Zero-shot (scheme set to each length)",
@@ -112,6 +114,7 @@ def passkey(fig: Any, result: dict[str, Any], *, quick: bool) -> None:
         )
     ax.axvline(L, color="gray", ls=":", label=f"training length {L}")
     ax.set(xscale="log", ylim=(-0.05, 1.05))
+    length_ticks(ax, lengths)
     label_axes(
         ax,
         title=f"Passkey retrieval ({result.get('trials', '?')} trials per length)",

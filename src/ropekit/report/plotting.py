@@ -16,6 +16,7 @@ __all__ = [
     "QUICK_TEXT",
     "figure",
     "label_axes",
+    "length_ticks",
     "mark_quick",
     "moving_average",
     "png_bytes",
@@ -61,10 +62,20 @@ def label_axes(
         ax.legend(fontsize=legend_kw.pop("fontsize", 8), **legend_kw)
 
 
+def length_ticks(ax: Any, lengths: Sequence[int]) -> None:
+    """On a log x axis of lengths: one labelled tick per measured length (plain integers), no minor labels."""
+    from matplotlib.ticker import NullFormatter
+
+    ax.set_xticks(list(lengths), [f"{n:,}" for n in lengths])
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
 def mark_quick(fig: Any, quick: bool) -> None:
     """Stamp a red "quick run" banner on ``fig`` when ``quick`` is true."""
     if quick:
-        fig.text(0.5, 0.995, QUICK_TEXT, ha="center", va="top", color="#b00020", fontsize=10, weight="bold")
+        fig.suptitle(
+            QUICK_TEXT, color="#b00020", fontsize=10, weight="bold"
+        )  # tight_layout makes room for it
 
 
 def moving_average(y: Sequence[float], window: int) -> list[float]:
