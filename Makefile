@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: demo test test-all clean
+.PHONY: demo test test-all clean report-screenshot
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,15 +20,28 @@ $(VENV)/.dev: $(VENV)/.core
 	$(BIN)/python -m pip install -q -e ".[dev]"
 	touch $@
 
+# headless Chromium for the report's browser test (tests/ropekit/report/test_browser.py); CI runs as root
+$(VENV)/.chromium: $(BIN)/python
+	command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) || \
+		echo "warning: chromium could not be installed; the browser test skips (fails under CI=true)"
+	touch $@
+
 demo: $(VENV)/.core
 	$(BIN)/ropekit inspect
+	@echo "A visual report: ropekit report llama-3.1-8b --out report && open report/index.html (any browser, offline)"
 
-test: $(VENV)/.dev
+test: $(VENV)/.dev $(VENV)/.chromium
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 
 test-all: $(VENV)/.dev
 	$(BIN)/python -m pytest -q -m ""
+
+# docs/report.png: the README's screenshot of `ropekit report llama-3.1-8b`
+report-screenshot: $(VENV)/.dev $(VENV)/.chromium
+	$(BIN)/python -m ropekit report llama-3.1-8b --out build/report
+	$(BIN)/python -m ropekit.report.browser build/report/index.html docs/report.png 1280 1700
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis

@@ -30,3 +30,39 @@ __all__ = [
     "phase_error",
     "phase_error_table",
 ]
+
+# ropekit report (issue 14): the analyses behind each figure, as functions returning arrays.
+from ropekit.analysis.decay import (
+    gaussian_dot_moments,
+    gaussian_dot_samples,
+    ones_dot,
+    rotated_dot,
+    su_bound,
+)
+from ropekit.analysis.precision_curve import PrecisionCurve, precision_curve
+from ropekit.analysis.rotations import Rotations, rotations, turns
+from ropekit.analysis.schemes import SCHEME_NAMES, SchemeTable, scheme_table
+from ropekit.analysis.spectrum import Spectrum, spectrum, wavelengths
+from ropekit.analysis.weights import WeightAnalysis, band_norms, positional_scores
+
+__all__ += [
+    "SCHEME_NAMES",
+    "PrecisionCurve",
+    "Rotations",
+    "SchemeTable",
+    "Spectrum",
+    "WeightAnalysis",
+    "band_norms",
+    "gaussian_dot_moments",
+    "gaussian_dot_samples",
+    "ones_dot",
+    "positional_scores",
+    "precision_curve",
+    "rotated_dot",
+    "rotations",
+    "scheme_table",
+    "spectrum",
+    "su_bound",
+    "turns",
+    "wavelengths",
+]

@@ -99,6 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--window", type=int, default=2048, help="positions measured ending at each position (default 2048)"
     )
     pp.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    from ropekit.cli import report_cmd
+
+    report_cmd.add_parser(sub)
     return parser
 
 
@@ -219,6 +222,10 @@ def main(argv: list[str] | None = None) -> int:
             return _bench(args)
         if args.command == "lab":
             return _lab(args)
+        if args.command == "report":
+            from ropekit.cli import report_cmd
+
+            return report_cmd.run(args)
         return precision_cmd.run(
             spec_from_args(args),
             args.positions,

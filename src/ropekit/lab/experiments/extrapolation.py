@@ -74,37 +74,9 @@ def run(
     md = _markdown(result, encodings, mults)
 
     def plot(fig: Any) -> None:
-        ax1, ax2 = fig.subplots(1, 2)
-        for enc in encodings:
-            xs = [m * train_len for m in mults]
-            ys = [_mean(results, enc, x, "ppl") for x in xs]
-            ax1.plot(xs, ys, marker="o", label=enc)
-            pp = per_pos[enc]
-            w = 16  # moving average over 16 positions, for readability
-            ax2.plot(
-                [
-                    sum(pp[max(0, i - w + 1) : i + 1]) / len(pp[max(0, i - w + 1) : i + 1])
-                    for i in range(len(pp))
-                ],
-                label=enc,
-                lw=1,
-            )
-        ax1.set(
-            xscale="log",
-            yscale="log",
-            xlabel="evaluation length (tokens)",
-            ylabel="validation perplexity (plain)",
-            title=f"trained at {train_len}",
-        )
-        ax1.axvline(train_len, color="gray", ls=":")
-        ax2.set(
-            xlabel="position",
-            ylabel="loss (nats/byte)",
-            title=f"per-position loss at {8 * train_len}",
-            ylim=(0, None),
-        )
-        ax2.axvline(train_len, color="gray", ls=":")
-        ax1.legend(fontsize=8)
+        from ropekit.lab import plots
+
+        plots.extrapolation(fig, result, quick=quick)
 
     result["files"] = write_outputs(out, "extrapolation", result, md, plot)
     return result

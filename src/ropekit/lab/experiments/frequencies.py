@@ -150,11 +150,9 @@ def run(
     md = _markdown(result)
 
     def plot(fig: Any) -> None:
-        axes = fig.subplots(1, 2)
-        for ax, name in zip(axes, ("q", "k")):
-            im = ax.imshow(result["band_norms"][name], aspect="auto", cmap="viridis")
-            ax.set(xlabel="band (0 = highest frequency)", ylabel="layer", title=f"mean |{name}| per band")
-            fig.colorbar(im, ax=ax)
+        from ropekit.lab import plots
+
+        plots.frequencies(fig, result, quick=quick)
 
     result["files"] = write_outputs(out, "frequencies", result, md, plot)
     return result

@@ -127,13 +127,9 @@ def run(
         md += "\nNo encoding learned the task in-distribution with this budget, so the length claims are not testable here.\n"
 
     def plot(fig: Any) -> None:
-        ax = fig.subplots(1, 1)
-        for e in encodings:
-            ax.plot(
-                [m * train_len for m in mults], [mean(e, m * train_len) for m in mults], marker="o", label=e
-            )
-        ax.set(xscale="log", xlabel="context length", ylabel="passkey accuracy", ylim=(-0.05, 1.05))
-        ax.legend(fontsize=8)
+        from ropekit.lab import plots
+
+        plots.passkey(fig, result, quick=quick)
 
     result["files"] = write_outputs(out, "passkey", result, md, plot)
     return result

@@ -97,17 +97,9 @@ def run(
     md = _markdown(result, mults)
 
     def plot(fig: Any) -> None:
-        ax1, ax2 = fig.subplots(1, 2)
-        for name in SCHEMES:
-            xs = [m * train_len for m in mults]
-            ax1.plot(xs, [_mean(zero_shot, name, x) for x in xs], marker="o", label=name)
-        ax1.set(
-            xscale="log", yscale="log", xlabel="evaluation length", ylabel="perplexity", title="zero-shot"
-        )
-        ax1.legend(fontsize=8)
-        names = list(SCHEMES)
-        ax2.bar(names, [_mean(finetuned, n, 4 * train_len) for n in names])
-        ax2.set(ylabel="perplexity at 4x", title=f"after {b.ft_steps} fine-tuning steps at 4x")
+        from ropekit.lab import plots
+
+        plots.scaling(fig, result, quick=quick)
 
     result["files"] = write_outputs(out, "scaling", result, md, plot)
     return result

@@ -1,0 +1,59 @@
+# SPDX-License-Identifier: MIT
+"""``ropekit report SOURCE --out DIR [--json]``: write DIR/index.html, a self-contained page of figures.
+
+SOURCE: a preset name, a config.json, a transformers model folder (weights analysed with the ``hf`` extra) or a
+lab checkpoint. Prints the page's path (on stderr with ``--json``, which prints the numbers on stdout).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub: Any) -> None:
+    """Register the ``report`` subcommand on ``sub`` (argparse subparsers)."""
+    p = sub.add_parser("report", help="write a self-contained HTML page of figures for a RoPE configuration")
+    p.add_argument(
+        "source",
+        help="a preset name, config.json, transformers model folder or lab checkpoint (.safetensors)",
+    )
+    p.add_argument("--out", required=True, help="folder for index.html (created if missing)")
+    p.add_argument("--context", type=int, default=None, help="context length (default: the model's)")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the numbers behind every figure as JSON (also written to DIR/report.json)",
+    )
+
+
+def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """Run ``ropekit report`` for parsed ``args``; ``out``/``err`` default to the current sys.stdout/stderr."""
+    from ropekit.report.build import build_report
+    from ropekit.report.page import write_report
+    from ropekit.report.sources import resolve
+
+    if args.context is not None and (args.context < 1):
+        raise ValueError(f"--context must be a positive int, got {args.context}")
+    t0 = time.perf_counter()
+    source = resolve(args.source)
+    if args.context is not None:
+        import dataclasses
+
+        source = dataclasses.replace(source, context=args.context)
+    report = build_report(source)
+    path = write_report(report, Path(args.out), seconds=time.perf_counter() - t0)
+    out, err = out or sys.stdout, err or sys.stderr
+    if args.json:
+        (Path(args.out) / "report.json").write_text(json.dumps(report.data) + "\n")
+        print(json.dumps(report.data), file=out)
+        print(str(path), file=err)
+    else:
+        print(str(path), file=out)
+    return 0
