@@ -32,7 +32,7 @@ SPECS = {
 SPECIAL = [2**31, 2**40, 2**53 - 1, 2**62, -(2**62), 2**63 - 1, -(2**63), -1, 0, 1]
 
 
-def _oracle_angle(p: int | float, th: float) -> mpmath.mpf:
+def _oracle_angle(p: float, th: float) -> mpmath.mpf:
     """p * theta reduced to [-pi, pi] in 60-digit arithmetic (p, theta taken exactly)."""
     a = mpmath.mpf(p) * mpmath.mpf(th)
     two_pi = 2 * mpmath.pi
@@ -84,8 +84,12 @@ def test_tables_exact_at_2_62_and_beyond_float64_product(name: str) -> None:
         for band, th in enumerate(ths):
             a = _oracle_angle(p, th)
             rc, rs = f * mpmath.cos(a), f * mpmath.sin(a)
-            worst64 = max(worst64, float(abs(float(c64[row, band]) - rc)), float(abs(float(s64[row, band]) - rs)))
-            worst32 = max(worst32, float(abs(float(c32[row, band]) - rc)), float(abs(float(s32[row, band]) - rs)))
+            worst64 = max(
+                worst64, float(abs(float(c64[row, band]) - rc)), float(abs(float(s64[row, band]) - rs))
+            )
+            worst32 = max(
+                worst32, float(abs(float(c32[row, band]) - rc)), float(abs(float(s32[row, band]) - rs))
+            )
     assert worst64 < 5e-15
     assert worst32 < 6.5e-8 * max(f, 1.0)  # one float32 rounding
 

@@ -1,0 +1,110 @@
+# SPDX-License-Identifier: MIT
+"""A cache of exact cos/sin rows for integer positions 0 .. L-1, and the two ways of reading it.
+
+Exact tables cost ~25 float64 operations per (position, band) (:mod:`ropekit.reduction`), more than rotating q
+and k when the tables are rebuilt per call. The rows depend only on the spec, so they are built once (same
+function as every other exact table, so values are bit-identical) and read:
+
+- eagerly (:meth:`TableCache.lookup`): a consecutive run of positions is a zero-copy slice; anything else one
+  ``index_select`` of [L, 2, n] rows (on the CPU its bounds check runs in C++, no Python-side scan of the
+  positions). Positions past the cache grow it (next power of two, up to ``limit``); negative ones or ones past
+  the limit return None and the caller computes exact tables directly -- never an identity rotation.
+- traced (:meth:`TableCache.select`): under ``torch.compile`` no data-dependent branch and no host sync: a
+  device-side select between the cached row (index clamped into range) and the directly computed exact row.
+
+Shapes: P any position shape, L cached rows, n bands; rows [L, 2, n] float32 (cos, then sin).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ropekit.phases import _rope_tables, _tables_from_positions, band_constant_tensor
+from ropekit.spec import RopeSpec
+
+__all__ = ["TableCache"]
+
+_SLICE_MIN = 64  # below this many positions a gather is as cheap as checking for a consecutive run
+
+
+class TableCache:
+    """Exact float32 cos/sin rows of ``spec`` for positions 0 .. length-1 on ``device`` (static specs only)."""
+
+    __slots__ = ("device", "limit", "rows", "spec")
+
+    def __init__(self, spec: RopeSpec, device: torch.device, length: int, limit: int) -> None:
+        if spec.dynamic:
+            raise ValueError(f"TableCache needs a static spec, got dynamic scaling {spec.scaling!r}")
+        self.spec, self.device, self.limit = spec, device, limit
+        self.rows = self._build(min(length, limit))
+
+    def _build(self, length: int) -> torch.Tensor:
+        pos = torch.arange(length, dtype=torch.int64, device=self.device)
+        cos, sin = _rope_tables(pos, self.spec)
+        return torch.stack((cos, sin), dim=-2)  # [L, 2, n]
+
+    @property
+    def length(self) -> int:
+        return int(self.rows.shape[0])
+
+    def grow(self, length: int) -> None:
+        """Rebuild for ``length`` rows (capped at the limit); the old tensor is replaced, never written."""
+        self.rows = self._build(min(length, self.limit))
+
+    def move(self, device: torch.device) -> None:
+        length, was_meta = self.length, self.rows.device.type == "meta"
+        self.device = device
+        self.rows = self._build(length) if was_meta or device.type == "meta" else self.rows.to(device)
+
+    def lookup(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Eager read: (cos, sin) [*P, n] views of the cache, or None when a position is outside [0, limit).
+
+        positions: integer tensor on the cache's device (checked by the caller).
+        """
+        rows = self.rows
+        flat = positions.reshape(-1)
+        out = None
+        if flat.numel() >= _SLICE_MIN:
+            first = int(flat[0])
+            end = first + flat.numel()
+            if 0 <= first and end <= rows.shape[0]:
+                run = torch.arange(first, end, dtype=flat.dtype, device=flat.device)
+                if torch.equal(flat, run):
+                    out = rows[first:end]
+        if out is None:
+            idx = flat if flat.dtype in (torch.int64, torch.int32) else flat.to(torch.int64)
+            if rows.device.type == "cpu":
+                try:
+                    out = rows.index_select(0, idx)  # bounds-checked in C++: raises on any idx < 0 or >= L
+                except IndexError:
+                    out = self._grow_for(idx)
+            else:  # a device-side bounds failure would be fatal: check first (one sync)
+                out = self._grow_for(idx)
+            if out is None:
+                return None
+        out = out.view(*positions.shape, 2, rows.shape[-1])
+        return out.select(-2, 0), out.select(-2, 1)
+
+    def _grow_for(self, idx: torch.Tensor) -> torch.Tensor | None:
+        if idx.numel() == 0:
+            return self.rows.index_select(0, idx)
+        lo, hi = (int(v) for v in torch.aminmax(idx))
+        if lo < 0 or hi >= self.limit:
+            return None
+        if hi >= self.length:
+            self.grow(1 << hi.bit_length())
+        return self.rows.index_select(0, idx)
+
+    def select(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Traceable read: cached rows where 0 <= p < L, directly computed exact rows elsewhere (no sync).
+
+        Both branches are exact and equal where both apply; the select only decides which one is read.
+        """
+        rows = self.rows
+        p = positions.to(torch.int64)
+        inside = (p >= 0) & (p < rows.shape[0])
+        cached = rows.index_select(0, torch.where(inside, p, 0).reshape(-1)).view(*p.shape, 2, rows.shape[-1])
+        consts = band_constant_tensor(self.spec, None, rows.device)
+        dcos, dsin = _tables_from_positions(p, consts, self.spec.attention_factor, torch.float32)
+        keep = inside.unsqueeze(-1)
+        return torch.where(keep, cached.select(-2, 0), dcos), torch.where(keep, cached.select(-2, 1), dsin)
