@@ -7,6 +7,11 @@ identity), format, in-place flag, backend, and the dtype/device/shape/strides of
 and k share storage and at which relative offset. A later call with an equal key skips the Python checks (they
 would give the same answer) and makes one C call. Calls that need autograd, or run under torch.compile, never take
 this path.
+
+:func:`ropekit.apply_rope` has a second level (:func:`apply_key`): its key adds the positions' dtype, shape and
+device to q's and k's geometry, so a repeated call with integer positions skips validation, reads its tables from
+the spec's shared :class:`ropekit.table_cache.TableCache` (:func:`shared_tables`) and calls the stored plan when
+the tables have the geometry the plan was built for.
 """
 
 from __future__ import annotations
@@ -15,12 +20,28 @@ from typing import Any
 
 import torch
 
+from ropekit.phases import INT_DTYPES
 from ropekit.rotation import cpu_backend
+from ropekit.spec import RopeSpec
+from ropekit.table_cache import TableCache
 
-__all__ = ["build", "key", "lookup"]
+__all__ = ["apply_key", "build", "key", "lookup", "shared_tables"]
 
 _PLANS: dict[tuple[Any, ...], tuple[object, cpu_backend.Plan]] = {}
 _MAX = 256
+
+
+def _k_geometry(q, k) -> tuple[Any, ...] | None:
+    if k is None:
+        return None
+    same = q.untyped_storage().data_ptr() == k.untyped_storage().data_ptr()
+    return (
+        k.dtype,
+        k.device,
+        k.shape,
+        k.stride(),
+        (q.storage_offset() - k.storage_offset()) if same else None,
+    )
 
 
 def key(q, k, cos, sin, spec, fmt, inplace, backend) -> tuple[Any, ...] | None:
@@ -28,16 +49,7 @@ def key(q, k, cos, sin, spec, fmt, inplace, backend) -> tuple[Any, ...] | None:
     try:
         if torch.is_grad_enabled() and (q.requires_grad or (k is not None and k.requires_grad)):
             return None
-        kk = None
-        if k is not None:
-            same = q.untyped_storage().data_ptr() == k.untyped_storage().data_ptr()
-            kk = (
-                k.dtype,
-                k.device,
-                k.shape,
-                k.stride(),
-                (q.storage_offset() - k.storage_offset()) if same else None,
-            )
+        kk = _k_geometry(q, k)
         return (
             id(spec),
             fmt,
@@ -78,3 +90,64 @@ def build(k: tuple[Any, ...] | None, spec, q, kt, cos_b, sin_b, r, layout, inpla
         _PLANS.clear()
     _PLANS[k] = (spec, plan)  # the spec object is kept alive, so its id cannot be reused while the key lives
     return plan
+
+
+# ---------------------------------------------------------------- apply_rope: validated calls and shared tables
+_APPLY: dict[tuple[Any, ...], tuple[object, cpu_backend.Plan, tuple[int, ...]]] = {}
+_SHARED: dict[tuple[int, torch.device], tuple[RopeSpec, TableCache]] = {}
+_SHARED_MAX_SPECS = 8
+#: rows of the shared cache per (spec, device), grown on demand like Rotary's: 2^18 positions at most
+#: (128 MiB of float32 cos + sin at 64 bands)
+SHARED_LIMIT = 1 << 18
+
+
+def apply_key(q, k, positions, spec, fmt, inplace, backend) -> tuple[Any, ...] | None:
+    """Key of an apply_rope call with integer positions, or None when it cannot take the fast path."""
+    try:
+        if positions.dtype not in INT_DTYPES or (
+            torch.is_grad_enabled() and (q.requires_grad or (k is not None and k.requires_grad))
+        ):
+            return None
+        return (
+            id(spec),
+            fmt,
+            inplace,
+            backend,
+            q.dtype,
+            q.device,
+            q.shape,
+            q.stride(),
+            _k_geometry(q, k),
+            positions.dtype,
+            positions.shape,
+            positions.device,
+        )
+    except (AttributeError, TypeError, RuntimeError):
+        return None
+
+
+def apply_lookup(k: tuple[Any, ...] | None, spec: object) -> tuple[cpu_backend.Plan, tuple[int, ...]] | None:
+    hit = _APPLY.get(k) if k is not None else None
+    return (hit[1], hit[2]) if hit is not None and hit[0] is spec else None
+
+
+def apply_store(k: tuple[Any, ...] | None, spec: object, plan: cpu_backend.Plan, cos: torch.Tensor) -> None:
+    if k is None:
+        return
+    if len(_APPLY) >= _MAX:
+        _APPLY.clear()
+    _APPLY[k] = (spec, plan, cos.stride())
+
+
+def shared_tables(positions: torch.Tensor, spec: RopeSpec) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Exact float32 (cos, sin) [*P, n] of integer positions from the spec's shared cache (read-only views),
+    or None when a position is negative or past :data:`SHARED_LIMIT` (the caller computes those directly)."""
+    if spec.dynamic or positions.device.type in ("meta", "mps"):
+        return None
+    ck = (id(spec), positions.device)
+    hit = _SHARED.get(ck)
+    if hit is None or hit[0] is not spec:
+        if len(_SHARED) >= _SHARED_MAX_SPECS:
+            _SHARED.clear()
+        hit = _SHARED[ck] = (spec, TableCache(spec, positions.device, 4096, SHARED_LIMIT))
+    return hit[1].lookup(positions)
