@@ -29,6 +29,7 @@ from torch import nn
 
 from ropekit.phases import INT_DTYPES as _INT
 from ropekit.phases import _rope_tables, check_positions
+from ropekit.rotation import fastpath
 from ropekit.rotation.apply import FORMATS, Format, _check_positions_shape, _validate, apply_rope_tables
 from ropekit.spec import RopeSpec
 from ropekit.table_cache import TableCache
@@ -133,6 +134,16 @@ class Rotary(nn.Module):
         Returns:
             (q_rot, k_rot), k_rot None when k is None.
         """
+        cache = self._cache
+        akey = None
+        if cache is not None and not torch.compiler.is_compiling():
+            # decode fast path: this geometry (q, k, positions' dtype/shape/device) was validated before
+            akey = fastpath.apply_key(q, k, positions, self.spec, self.format, inplace, "auto")
+            hit = fastpath.apply_lookup(akey, self.spec)
+            if hit is not None and positions.device == cache.device:
+                tables = cache.lookup_flat(positions.reshape(-1))  # contiguous, as when the plan was built
+                if tables is not None and tables[0].device == q.device:
+                    return hit[0](q, k, tables[0], tables[1])
         check_positions(positions)
         if not isinstance(q, torch.Tensor) or q.dim() != (3 if self.format == "thd" else 4):
             _validate(q, k, positions, self.spec, self.format, inplace, "auto")  # raises the precise error
@@ -143,8 +154,14 @@ class Rotary(nn.Module):
         cos, sin = self._tables(pos if pos.device == self.inv_freq.device else pos.to(self.inv_freq.device))
         if cos.device != q.device:
             cos, sin = cos.to(q.device), sin.to(q.device)
-        # validates q, k and the tables (or reuses a validated geometry: the decode fast path)
-        return apply_rope_tables(q, k, cos, sin, self.spec, format=self.format, inplace=inplace)
+        out = apply_rope_tables(q, k, cos, sin, self.spec, format=self.format, inplace=inplace)  # validates
+        if akey is not None:
+            plan = fastpath.lookup(
+                fastpath.key(q, k, cos, sin, self.spec, self.format, inplace, "auto"), self.spec
+            )
+            if plan is not None:
+                fastpath.apply_store(akey, self.spec, plan, cos)
+        return out
 
     def extra_repr(self) -> str:
         s = self.spec

@@ -12,7 +12,8 @@ function as every other exact table, so values are bit-identical) and read:
 - traced (:meth:`TableCache.select`): under ``torch.compile`` no data-dependent branch and no host sync: a
   device-side select between the cached row (index clamped into range) and the directly computed exact row.
 
-Shapes: P any position shape, L cached rows, n bands; rows [L, 2, n] float32 (cos, then sin).
+Shapes: P any position shape, L cached rows, n bands; rows [2, L, n] float32 (cos rows, then sin rows: one
+``index_select`` along dim 1 gathers both, and each comes out as a plain contiguous [*P, n] table).
 """
 
 from __future__ import annotations
@@ -41,11 +42,11 @@ class TableCache:
     def _build(self, length: int) -> torch.Tensor:
         pos = torch.arange(length, dtype=torch.int64, device=self.device)
         cos, sin = _rope_tables(pos, self.spec)
-        return torch.stack((cos, sin), dim=-2)  # [L, 2, n]
+        return torch.stack((cos, sin))  # [2, L, n]
 
     @property
     def length(self) -> int:
-        return int(self.rows.shape[0])
+        return int(self.rows.shape[1])
 
     def grow(self, length: int) -> None:
         """Rebuild for ``length`` rows (capped at the limit); the old tensor is replaced, never written."""
@@ -61,39 +62,46 @@ class TableCache:
 
         positions: integer tensor on the cache's device (checked by the caller).
         """
+        hit = self.lookup_flat(positions.reshape(-1) if positions.dim() != 1 else positions)
+        if hit is None or positions.dim() == 1:
+            return hit
+        shape = (*positions.shape, self.rows.shape[-1])
+        return hit[0].view(shape), hit[1].view(shape)
+
+    def lookup_flat(self, flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """:meth:`lookup` for 1-D positions [N]: contiguous (cos, sin) [N, n], or None (the decode fast path)."""
         rows = self.rows
-        flat = positions.reshape(-1)
         out = None
         if flat.numel() >= _SLICE_MIN:
             first = int(flat[0])
             end = first + flat.numel()
-            if 0 <= first and end <= rows.shape[0]:
+            if 0 <= first and end <= rows.shape[1]:
                 run = torch.arange(first, end, dtype=flat.dtype, device=flat.device)
                 if torch.equal(flat, run):
-                    out = rows[first:end]
+                    out = rows.narrow(1, first, end - first)
         if out is None:
             idx = flat if flat.dtype in (torch.int64, torch.int32) else flat.to(torch.int64)
             if rows.device.type == "cpu":
                 try:
-                    out = rows.index_select(0, idx)  # bounds-checked in C++: raises on any idx < 0 or >= L
-                except IndexError:
+                    out = rows.index_select(1, idx)  # bounds-checked in C++: raises on any idx < 0 or >= L
+                except (IndexError, RuntimeError):  # the message differs between index_select kernels
                     out = self._grow_for(idx)
             else:  # a device-side bounds failure would be fatal: check first (one sync)
                 out = self._grow_for(idx)
             if out is None:
                 return None
-        out = out.view(*positions.shape, 2, rows.shape[-1])
-        return out.select(-2, 0), out.select(-2, 1)
+        cos, sin = out.unbind(0)
+        return cos, sin
 
     def _grow_for(self, idx: torch.Tensor) -> torch.Tensor | None:
         if idx.numel() == 0:
-            return self.rows.index_select(0, idx)
+            return self.rows.index_select(1, idx)
         lo, hi = (int(v) for v in torch.aminmax(idx))
         if lo < 0 or hi >= self.limit:
             return None
         if hi >= self.length:
             self.grow(1 << hi.bit_length())
-        return self.rows.index_select(0, idx)
+        return self.rows.index_select(1, idx)
 
     def select(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Traceable read: cached rows where 0 <= p < L, directly computed exact rows elsewhere (no sync).
@@ -102,9 +110,9 @@ class TableCache:
         """
         rows = self.rows
         p = positions.to(torch.int64)
-        inside = (p >= 0) & (p < rows.shape[0])
-        cached = rows.index_select(0, torch.where(inside, p, 0).reshape(-1)).view(*p.shape, 2, rows.shape[-1])
+        inside = (p >= 0) & (p < rows.shape[1])
+        cached = rows.index_select(1, torch.where(inside, p, 0).reshape(-1)).view(2, *p.shape, rows.shape[-1])
         consts = band_constant_tensor(self.spec, None, rows.device)
         dcos, dsin = _tables_from_positions(p, consts, self.spec.attention_factor, torch.float32)
         keep = inside.unsqueeze(-1)
-        return torch.where(keep, cached.select(-2, 0), dcos), torch.where(keep, cached.select(-2, 1), dsin)
+        return torch.where(keep, cached[0], dcos), torch.where(keep, cached[1], dsin)

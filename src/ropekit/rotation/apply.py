@@ -241,13 +241,10 @@ def apply_rope(
     akey = None if compiling else fastpath.apply_key(q, k, positions, spec, format, inplace, backend)
     hit = fastpath.apply_lookup(akey, spec)
     if hit is not None:  # validated before with this geometry: integer positions, float32 tables
-        plan, strides = hit
         pos = positions if positions.device == q.device else positions.to(q.device)
-        if format != "thd" and pos.dim() == 2 and pos.shape[0] == 1:
-            pos = pos.reshape(-1)
-        tables = fastpath.shared_tables(pos, spec)
-        if tables is not None and tables[0].stride() == strides:
-            return plan(q, k, tables[0], tables[1])
+        tables = fastpath.shared_tables(pos.reshape(-1), spec)  # contiguous, as when the plan was built
+        if tables is not None:
+            return hit[0](q, k, tables[0], tables[1])
     _validate(q, k, positions, spec, format, inplace, backend)
     need64 = q.dtype == torch.float64 or (k is not None and k.dtype == torch.float64)
     pos = (

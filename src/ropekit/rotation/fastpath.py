@@ -93,7 +93,7 @@ def build(k: tuple[Any, ...] | None, spec, q, kt, cos_b, sin_b, r, layout, inpla
 
 
 # ---------------------------------------------------------------- apply_rope: validated calls and shared tables
-_APPLY: dict[tuple[Any, ...], tuple[object, cpu_backend.Plan, tuple[int, ...]]] = {}
+_APPLY: dict[tuple[Any, ...], tuple[object, cpu_backend.Plan]] = {}
 _SHARED: dict[tuple[int, torch.device], tuple[RopeSpec, TableCache]] = {}
 _SHARED_MAX_SPECS = 8
 #: rows of the shared cache per (spec, device), grown on demand like Rotary's: 2^18 positions at most
@@ -126,17 +126,19 @@ def apply_key(q, k, positions, spec, fmt, inplace, backend) -> tuple[Any, ...] |
         return None
 
 
-def apply_lookup(k: tuple[Any, ...] | None, spec: object) -> tuple[cpu_backend.Plan, tuple[int, ...]] | None:
+def apply_lookup(k: tuple[Any, ...] | None, spec: object) -> tuple[cpu_backend.Plan] | None:
+    """The plan stored for this call geometry; it expects contiguous float32 [*P, n] tables."""
     hit = _APPLY.get(k) if k is not None else None
-    return (hit[1], hit[2]) if hit is not None and hit[0] is spec else None
+    return (hit[1],) if hit is not None and hit[0] is spec else None
 
 
 def apply_store(k: tuple[Any, ...] | None, spec: object, plan: cpu_backend.Plan, cos: torch.Tensor) -> None:
-    if k is None:
+    """Remember ``plan`` for the call key ``k`` if it was built for contiguous tables (what the caches return)."""
+    if k is None or not cos.is_contiguous():
         return
     if len(_APPLY) >= _MAX:
         _APPLY.clear()
-    _APPLY[k] = (spec, plan, cos.stride())
+    _APPLY[k] = (spec, plan)
 
 
 def shared_tables(positions: torch.Tensor, spec: RopeSpec) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -150,4 +152,4 @@ def shared_tables(positions: torch.Tensor, spec: RopeSpec) -> tuple[torch.Tensor
         if len(_SHARED) >= _SHARED_MAX_SPECS:
             _SHARED.clear()
         hit = _SHARED[ck] = (spec, TableCache(spec, positions.device, 4096, SHARED_LIMIT))
-    return hit[1].lookup(positions)
+    return hit[1].lookup_flat(positions) if positions.dim() == 1 else hit[1].lookup(positions)
