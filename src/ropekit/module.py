@@ -90,7 +90,7 @@ class Rotary(nn.Module):
         return 0 if self._cache is None else self._cache.length
 
     def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> Rotary:
-        super()._apply(fn, recurse)
+        super()._apply(fn, recurse)  # type: ignore[no-untyped-call]
         dev = self.inv_freq.device
         # Re-derive instead of trusting a cast (e.g. .to(bfloat16) would round theta to 3 significant digits).
         self.inv_freq = self.spec.inv_freq(device=dev)
@@ -143,7 +143,8 @@ class Rotary(nn.Module):
             if hit is not None and positions.device == cache.device:
                 tables = cache.lookup_flat(positions.reshape(-1))  # contiguous, as when the plan was built
                 if tables is not None and tables[0].device == q.device:
-                    return hit[0](q, k, tables[0], tables[1])
+                    out: tuple[torch.Tensor, torch.Tensor | None] = hit[0](q, k, tables[0], tables[1])
+                    return out
         check_positions(positions)
         if not isinstance(q, torch.Tensor) or q.dim() != (3 if self.format == "thd" else 4):
             _validate(q, k, positions, self.spec, self.format, inplace, "auto")  # raises the precise error

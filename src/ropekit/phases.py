@@ -22,6 +22,7 @@ Shapes: P any position shape, n = rotary_dim // 2 bands.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 
@@ -84,10 +85,14 @@ def _compute_device(device: torch.device) -> torch.device:
     return torch.device("cpu") if device.type == "mps" else device
 
 
-@torch._dynamo.assume_constant_result
-def _constants(spec: RopeSpec, seq_len: int | None) -> tuple[tuple[float, ...], ...]:
+def _constants_eager(spec: RopeSpec, seq_len: int | None) -> tuple[tuple[float, ...], ...]:
     """Exact per-band reduction constants (computed once per frequency table; a constant under torch.compile)."""
     return band_constants(tuple(_frequencies_cpu(spec, seq_len).tolist()))
+
+
+_constants: Callable[[RopeSpec, int | None], tuple[tuple[float, ...], ...]] = (
+    torch._dynamo.assume_constant_result(_constants_eager)  # type: ignore[no-untyped-call]
+)
 
 
 _CONST_TENSORS: dict[tuple[object, ...], torch.Tensor] = {}
