@@ -111,6 +111,15 @@ def band_constant_tensor(spec: RopeSpec, seq_len: int | None, device: torch.devi
     return t
 
 
+def _tables_from_angles(
+    pos64: torch.Tensor, freqs64: torch.Tensor, factor: float, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin of ``pos64 * freqs64`` for any float64 frequency table (e.g. a difference of two, used by
+    :func:`ropekit.cache.rerotate_keys`), with the same exact reduction; eager only (reads the frequencies)."""
+    consts = torch.tensor(band_constants(tuple(freqs64.tolist())), dtype=torch.float64, device=pos64.device)
+    return _tables_from_positions(pos64, consts, factor, dtype)
+
+
 def _tables_from_positions(
     pos: torch.Tensor, consts: torch.Tensor, factor: float, dtype: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor]:
