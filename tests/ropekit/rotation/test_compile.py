@@ -197,3 +197,15 @@ def test_host_sync_detector_negative_control() -> None:
     with torch._dynamo.config.patch(capture_scalar_outputs=True):
         torch.compile(lambda x: x * x.max().item(), fullgraph=True, backend=rec)(torch.randn(4))
     assert "item" in rec.host_syncs()
+
+
+def test_dynamic_scaling_under_compile_is_refused_with_the_reason() -> None:
+    """Dynamic NTK's frequencies depend on the largest position (data-dependent): a clear error, not a guess."""
+    from ropekit.scaling.ntk import DynamicNTK
+
+    torch._dynamo.reset()
+    spec = ropekit.RopeSpec(head_dim=32, scaling=DynamicNTK(factor=2.0, max_position_embeddings=128))
+    rope = Rotary(spec)
+    compiled = torch.compile(lambda q, p: rope(q, positions=p), fullgraph=True, backend="eager")
+    with pytest.raises(Exception, match="needs seq_len under torch.compile"):
+        compiled(torch.randn(1, 4, 2, 32), torch.arange(4))
