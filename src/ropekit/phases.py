@@ -148,9 +148,27 @@ def rope_tables(
         device: where the tables go (default: the positions' device).
 
     Returns:
-        (cos, sin), each [*P, n] of ``dtype``, already multiplied by ``spec.attention_factor``.
+        (cos, sin), each [*P, n] of ``dtype``, already multiplied by ``spec.attention_factor``; fresh tensors.
+        float32 tables of integer positions of a static spec are read from a cache shared per spec and device
+        (:func:`ropekit.table_cache.shared_cache`), bit-identical to computing them.
     """
     check_positions(positions)
+    if (
+        dtype == torch.float32
+        and positions.dtype in _INT_DTYPES
+        and not spec.dynamic
+        and not torch.compiler.is_compiling()
+    ):
+        from ropekit.table_cache import shared_cache  # the cache is built from this module
+
+        pos = positions if device is None else positions.to(device)
+        cache = shared_cache(spec, pos.device)
+        hit = None if cache is None else cache.lookup(pos)
+        if hit is not None:
+            cos, sin = hit
+            if cos.untyped_storage().data_ptr() == cache.rows.untyped_storage().data_ptr():
+                cos, sin = cos.clone(), sin.clone()  # a slice of the cache: the caller may write to it
+            return cos, sin
     return _rope_tables(positions, spec, seq_len=seq_len, dtype=dtype, device=device)
 
 

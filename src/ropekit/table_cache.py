@@ -23,7 +23,7 @@ import torch
 from ropekit.phases import _rope_tables, _tables_from_positions, band_constant_tensor
 from ropekit.spec import RopeSpec
 
-__all__ = ["TableCache"]
+__all__ = ["SHARED_LIMIT", "TableCache", "shared_cache", "shared_tables"]
 
 _SLICE_MIN = 64  # below this many positions a gather is as cheap as checking for a consecutive run
 
@@ -116,3 +116,34 @@ class TableCache:
         dcos, dsin = _tables_from_positions(p, consts, self.spec.attention_factor, torch.float32)
         keep = inside.unsqueeze(-1)
         return torch.where(keep, cached[0], dcos), torch.where(keep, cached[1], dsin)
+
+
+# ---------------------------------------------------------------- one shared cache per (spec, device)
+_SHARED: dict[tuple[int, torch.device], tuple[RopeSpec, TableCache]] = {}
+_SHARED_MAX_SPECS = 8
+#: rows of the shared cache per (spec, device), grown on demand like Rotary's: 2^18 positions at most
+#: (128 MiB of float32 cos + sin at 64 bands)
+SHARED_LIMIT = 1 << 18
+
+
+def shared_cache(spec: RopeSpec, device: torch.device) -> TableCache | None:
+    """The cache :func:`ropekit.apply_rope` and :func:`ropekit.rope_tables` share for ``spec`` on ``device``
+    (None for dynamic specs and devices that cannot hold it)."""
+    if spec.dynamic or device.type in ("meta", "mps"):
+        return None
+    ck = (id(spec), device)
+    hit = _SHARED.get(ck)
+    if hit is None or hit[0] is not spec:  # the spec is kept alive, so its id cannot be reused meanwhile
+        if len(_SHARED) >= _SHARED_MAX_SPECS:
+            _SHARED.clear()
+        hit = _SHARED[ck] = (spec, TableCache(spec, device, 4096, SHARED_LIMIT))
+    return hit[1]
+
+
+def shared_tables(positions: torch.Tensor, spec: RopeSpec) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Exact float32 (cos, sin) [*P, n] of integer positions from the spec's shared cache (read-only: may be views
+    of it), or None when a position is negative or past :data:`SHARED_LIMIT` (the caller computes those)."""
+    cache = shared_cache(spec, positions.device)
+    if cache is None:
+        return None
+    return cache.lookup_flat(positions) if positions.dim() == 1 else cache.lookup(positions)

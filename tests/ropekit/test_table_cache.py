@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from ropekit import RopeSpec, Rotary, apply_rope, rope_tables
+from ropekit.phases import _rope_tables
 from ropekit.rotation import fastpath
 from ropekit.table_cache import TableCache
 from tests.oracles import reference_rope
@@ -16,7 +17,7 @@ CPU = torch.device("cpu")
 
 
 def _direct(pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    return rope_tables(pos, SPEC)  # apply path without any cache (fresh positions tensor each time)
+    return _rope_tables(pos, SPEC)  # computed directly, no cache
 
 
 def test_runs_are_zero_copy_slices_and_equal_direct_tables() -> None:
@@ -103,3 +104,14 @@ def test_public_tables_are_copies() -> None:
     cos.zero_()
     again, _ = rope.tables(torch.arange(100))
     assert torch.equal(again, _direct(torch.arange(100))[0])
+
+
+def test_rope_tables_reads_the_shared_cache_and_hands_out_fresh_tensors() -> None:
+    for pos in (torch.arange(10, 300), torch.tensor([[7, 3], [9, 1000]])):  # a run (slice), a gather
+        cos, sin = rope_tables(pos, SPEC)
+        want = _direct(pos)
+        assert torch.equal(cos, want[0]) and torch.equal(sin, want[1])
+        cos.zero_()
+        sin.zero_()
+        again = rope_tables(pos, SPEC)
+        assert torch.equal(again[0], want[0]) and torch.equal(again[1], want[1])

@@ -22,10 +22,9 @@ import torch
 
 from ropekit.phases import INT_DTYPES
 from ropekit.rotation import cpu_backend
-from ropekit.spec import RopeSpec
-from ropekit.table_cache import TableCache
+from ropekit.table_cache import SHARED_LIMIT, shared_tables
 
-__all__ = ["apply_key", "build", "key", "lookup", "shared_tables"]
+__all__ = ["SHARED_LIMIT", "apply_key", "build", "key", "lookup", "shared_tables"]
 
 _PLANS: dict[tuple[Any, ...], tuple[object, cpu_backend.Plan]] = {}
 _MAX = 256
@@ -94,11 +93,6 @@ def build(k: tuple[Any, ...] | None, spec, q, kt, cos_b, sin_b, r, layout, inpla
 
 # ---------------------------------------------------------------- apply_rope: validated calls and shared tables
 _APPLY: dict[tuple[Any, ...], tuple[object, cpu_backend.Plan]] = {}
-_SHARED: dict[tuple[int, torch.device], tuple[RopeSpec, TableCache]] = {}
-_SHARED_MAX_SPECS = 8
-#: rows of the shared cache per (spec, device), grown on demand like Rotary's: 2^18 positions at most
-#: (128 MiB of float32 cos + sin at 64 bands)
-SHARED_LIMIT = 1 << 18
 
 
 def apply_key(q, k, positions, spec, fmt, inplace, backend) -> tuple[Any, ...] | None:
@@ -139,17 +133,3 @@ def apply_store(k: tuple[Any, ...] | None, spec: object, plan: cpu_backend.Plan,
     if len(_APPLY) >= _MAX:
         _APPLY.clear()
     _APPLY[k] = (spec, plan)
-
-
-def shared_tables(positions: torch.Tensor, spec: RopeSpec) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """Exact float32 (cos, sin) [*P, n] of integer positions from the spec's shared cache (read-only views),
-    or None when a position is negative or past :data:`SHARED_LIMIT` (the caller computes those directly)."""
-    if spec.dynamic or positions.device.type in ("meta", "mps"):
-        return None
-    ck = (id(spec), positions.device)
-    hit = _SHARED.get(ck)
-    if hit is None or hit[0] is not spec:
-        if len(_SHARED) >= _SHARED_MAX_SPECS:
-            _SHARED.clear()
-        hit = _SHARED[ck] = (spec, TableCache(spec, positions.device, 4096, SHARED_LIMIT))
-    return hit[1].lookup_flat(positions) if positions.dim() == 1 else hit[1].lookup(positions)
