@@ -9,9 +9,12 @@ It owns a spec and a float32 cos/sin cache for integer positions ``0 .. L-1`` bu
   spec in float32 after every ``_apply``, and the cos/sin cache lives outside the buffer list and only follows the
   device (HF transformers #25681/#29496, rotary-embedding-torch item 51).
 - No state-dict entries: buffers are non-persistent, frequencies always come from the spec.
-- The cache grows (to the next power of two) when positions exceed it, up to ``cache_limit`` rows; positions
-  beyond that, negative or fractional positions, and dynamic phase maps use exact tables computed on the fly --
-  never an identity rotation for out-of-table positions (flash-attn's Triton path, pitfalls item 41).
+- The cache (:class:`ropekit.table_cache.TableCache`) grows (to the next power of two) when positions exceed
+  it, up to ``cache_limit`` rows; positions beyond that, negative or fractional positions, and dynamic phase
+  maps use exact tables computed on the fly -- never an identity rotation for out-of-table positions
+  (flash-attn's Triton path, pitfalls item 41). Every int64 position is exact (:mod:`ropekit.reduction`).
+- Under ``torch.compile(fullgraph=True)`` there is no host sync and no data-dependent branch: the cache is read
+  with a device-side select between the cached row and the directly computed exact row, and it does not grow.
 - It can be built on the meta device; ``to_empty(device=...)`` then rebuilds everything from the spec.
 
 Shapes: as :func:`ropekit.apply_rope` for the module's ``format``; tables [*P, n], n = rotary_dim // 2.
@@ -26,8 +29,10 @@ from torch import nn
 
 from ropekit.phases import INT_DTYPES as _INT
 from ropekit.phases import _rope_tables, check_positions
+from ropekit.rotation import fastpath
 from ropekit.rotation.apply import FORMATS, Format, _check_positions_shape, _validate, apply_rope_tables
 from ropekit.spec import RopeSpec
+from ropekit.table_cache import TableCache
 
 __all__ = ["Rotary"]
 
@@ -74,52 +79,46 @@ class Rotary(nn.Module):
         self.cache_limit = cache_limit
         dev = torch.empty(0).device if device is None else torch.device(device)
         self.register_buffer("inv_freq", spec.inv_freq(device=dev), persistent=False)
-        self._cos: torch.Tensor | None = None
-        self._sin: torch.Tensor | None = None
+        self._cache: TableCache | None = None
         if not spec.dynamic:
-            self._build_cache(min(max_seq_len, cache_limit))
+            self._cache = TableCache(spec, dev, min(max_seq_len, cache_limit), cache_limit)
 
     # ------------------------------------------------------------------ cache
     @property
     def cached_len(self) -> int:
         """Rows currently in the cos/sin cache (positions 0 .. cached_len - 1)."""
-        return 0 if self._cos is None else int(self._cos.shape[0])
-
-    def _build_cache(self, length: int) -> None:
-        pos = torch.arange(length, dtype=torch.int64, device=self.inv_freq.device)
-        self._cos, self._sin = _rope_tables(pos, self.spec)
+        return 0 if self._cache is None else self._cache.length
 
     def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> Rotary:
-        super()._apply(fn, recurse)
+        super()._apply(fn, recurse)  # type: ignore[no-untyped-call]
         dev = self.inv_freq.device
         # Re-derive instead of trusting a cast (e.g. .to(bfloat16) would round theta to 3 significant digits).
         self.inv_freq = self.spec.inv_freq(device=dev)
-        if self._cos is not None and self._sin is not None and self._cos.device != dev:
-            if self._cos.device.type == "meta" or dev.type == "meta":
-                self._build_cache(self.cached_len)
-            else:
-                self._cos, self._sin = self._cos.to(dev), self._sin.to(dev)
+        if self._cache is not None and self._cache.rows.device != dev:
+            self._cache.move(dev)
         return self
 
+    def _tables(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cos, sin) [*P, n] for checked positions on the module's device; may be read-only cache views."""
+        cache = self._cache
+        if cache is not None and positions.dtype in _INT and positions.device.type != "meta":
+            if torch.compiler.is_compiling():
+                return cache.select(positions)
+            hit = cache.lookup(positions)
+            if hit is not None:
+                return hit
+        return _rope_tables(positions, self.spec, device=self.inv_freq.device)
+
     def tables(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """float32 (cos, sin) of shape [*P, n] for ``positions`` [*P], from the cache when possible."""
+        """float32 (cos, sin) of shape [*P, n] for ``positions`` [*P], from the cache when possible.
+
+        Exact for every integer position (and float positions below 2^63); fresh tensors the caller may modify.
+        """
         check_positions(positions)
-        dev = self.inv_freq.device
-        positions = positions.to(dev)
-        if (
-            self._cos is not None
-            and self._sin is not None
-            and positions.dtype in _INT
-            and dev.type != "meta"
-            and positions.numel() > 0
-        ):
-            lo, hi = (int(v) for v in torch.aminmax(positions))  # one host sync
-            if lo >= 0 and hi < self.cache_limit:
-                if hi >= self.cached_len:
-                    self._build_cache(min(self.cache_limit, 1 << hi.bit_length()))
-                idx = positions.to(torch.int64)
-                return self._cos[idx], self._sin[idx]
-        return _rope_tables(positions, self.spec, device=dev)
+        cos, sin = self._tables(positions.to(self.inv_freq.device))
+        if cos._base is not None or sin._base is not None:  # views of the cache: hand out copies
+            cos, sin = cos.clone(), sin.clone()
+        return cos, sin
 
     # ------------------------------------------------------------------ forward
     def forward(
@@ -135,6 +134,17 @@ class Rotary(nn.Module):
         Returns:
             (q_rot, k_rot), k_rot None when k is None.
         """
+        cache = self._cache
+        akey = None
+        if cache is not None and not torch.compiler.is_compiling():
+            # decode fast path: this geometry (q, k, positions' dtype/shape/device) was validated before
+            akey = fastpath.apply_key(q, k, positions, self.spec, self.format, inplace, "auto")
+            hit = fastpath.apply_lookup(akey, self.spec)
+            if hit is not None and positions.device == cache.device:
+                tables = cache.lookup_flat(positions.reshape(-1))  # contiguous, as when the plan was built
+                if tables is not None and tables[0].device == q.device:
+                    out: tuple[torch.Tensor, torch.Tensor | None] = hit[0](q, k, tables[0], tables[1])
+                    return out
         check_positions(positions)
         if not isinstance(q, torch.Tensor) or q.dim() != (3 if self.format == "thd" else 4):
             _validate(q, k, positions, self.spec, self.format, inplace, "auto")  # raises the precise error
@@ -142,11 +152,17 @@ class Rotary(nn.Module):
         pos = positions
         if self.format != "thd" and pos.dim() == 2 and pos.shape[0] == 1:
             pos = pos.reshape(-1)
-        cos, sin = self.tables(pos)
-        # validates q, k and the tables (or reuses a validated geometry: the decode fast path)
-        return apply_rope_tables(
-            q, k, cos.to(q.device), sin.to(q.device), self.spec, format=self.format, inplace=inplace
-        )
+        cos, sin = self._tables(pos if pos.device == self.inv_freq.device else pos.to(self.inv_freq.device))
+        if cos.device != q.device:
+            cos, sin = cos.to(q.device), sin.to(q.device)
+        out = apply_rope_tables(q, k, cos, sin, self.spec, format=self.format, inplace=inplace)  # validates
+        if akey is not None:
+            plan = fastpath.lookup(
+                fastpath.key(q, k, cos, sin, self.spec, self.format, inplace, "auto"), self.spec
+            )
+            if plan is not None:
+                fastpath.apply_store(akey, self.spec, plan, cos)
+        return out
 
     def extra_repr(self) -> str:
         s = self.spec

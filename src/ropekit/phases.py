@@ -3,16 +3,18 @@
 
 The common recipe (HF transformers, Megatron, TransformerEngine, torchtune) forms ``p * theta_i`` in float32.
 Both the float32 rounding of theta_i and of the product cost about half an ulp of the angle, so the phase error
-grows linearly with the position: ~7e-3 rad at 1e5, ~6e-2 at 1e6, ~0.8 at 1e7
-(``docs/precision.md`` has the measured table). ropekit instead
+grows linearly with the position: ~7e-3 rad at 1e5, ~6e-2 at 1e6, ~0.8 at 1e7. Even one float64 product loses
+1.7e-5 rad at 2^40 and 0.6 rad at 2^53. ropekit instead (``docs/precision.md`` has the measured tables)
 
-1. converts positions to float64 (exact for integers below 2^53; float32 timestamps convert exactly),
-2. multiplies by float64 frequencies elementwise (never a matmul, so TF32 and autocast cannot touch it),
-3. reduces the angle modulo 2*pi in float64,
-4. takes cos and sin in float64, multiplies by the attention factor, and rounds once to float32.
+1. takes the spec's float64 frequencies theta_i (for scaling schemes the scaled float64 frequency, e.g.
+   ``fl(theta_i / s)`` for linear scaling: "exact" means exact for that float64 number),
+2. reduces ``p * theta_i`` modulo one turn with an exact split of p and theta (:mod:`ropekit.reduction`), within
+   ~3e-15 rad of the true phase for every int64 position and every float position below 2^63 in magnitude,
+3. takes cos and sin in float64 of the reduced angle (in [-pi, pi]), multiplies by the attention factor, and
+   rounds once to float32.
 
-The float32 tables are then within ~3e-8 of the true values at every position up to 2^24 and beyond, at a one-off
-cost of O(positions x bands) float64 operations. Devices without float64 (Apple MPS) compute on the CPU.
+Everything is elementwise (never a matmul, so TF32 and autocast cannot touch it) and branch-free, so it traces
+under ``torch.compile(fullgraph=True)``. Devices without float64 (Apple MPS) compute on the CPU.
 
 Shapes: P any position shape, n = rotary_dim // 2 bands.
 """
@@ -20,12 +22,14 @@ Shapes: P any position shape, n = rotary_dim // 2 bands.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 
-from ropekit.spec import RopeSpec
+from ropekit.reduction import FLOAT_POSITION_BOUND, band_constants, reduced_turns
+from ropekit.spec import RopeSpec, _frequencies_cpu
 
-__all__ = ["INT_DTYPES", "check_positions", "rope_tables"]
+__all__ = ["FLOAT_POSITION_BOUND", "INT_DTYPES", "check_positions", "rope_tables"]
 
 _TWO_PI = 2.0 * math.pi
 INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
@@ -37,10 +41,13 @@ _UNIQUE_THRESHOLD = 4096  # above this many integer positions, tables are built 
 def check_positions(positions: object, name: str = "positions") -> torch.Tensor:
     """Validate a positions argument and return it; raises before anything is computed.
 
-    Accepted: integer tensors, and float32/float64 tensors of finite values (continuous positions such as
-    time-series timestamps). Refused: bool, float16/bfloat16 (they cannot represent positions above 256 or 2048
-    exactly -- rotary-embedding-torch's bug, pitfalls item 50), complex, non-finite values, and positions that
-    require grad (ropekit does not differentiate with respect to positions).
+    Accepted: integer tensors (every int64 value: phases are exact over the whole range), and float32/float64
+    tensors of finite values with magnitude below 2^63 (:data:`FLOAT_POSITION_BOUND`; continuous positions such
+    as time-series timestamps, exact for the value float64 represents). Refused: bool, float16/bfloat16 (they
+    cannot represent positions above 256 or 2048 exactly -- rotary-embedding-torch's bug, pitfalls item 50),
+    complex, non-finite or too large float values, and positions that require grad (ropekit does not
+    differentiate with respect to positions). Under ``torch.compile`` the value checks of float positions are
+    skipped (they would need a host sync); dtype and grad checks remain.
     """
     if not isinstance(positions, torch.Tensor):
         raise TypeError(
@@ -63,9 +70,14 @@ def check_positions(positions: object, name: str = "positions") -> torch.Tensor:
         and positions.device.type != "meta"
         and positions.numel()
         and not torch.compiler.is_compiling()
-    ) and not bool(torch.isfinite(positions).all()):
-        bad = positions[~torch.isfinite(positions)].flatten()[0].item()
-        raise ValueError(f"{name} must be finite, found {bad!r}")
+    ):
+        ok = positions.abs() < FLOAT_POSITION_BOUND  # False for nan and +-inf too
+        if not bool(ok.all()):
+            bad = positions[~ok].flatten()[0].item()
+            raise ValueError(
+                f"{name} must be finite with magnitude below 2**63 = {FLOAT_POSITION_BOUND:.6g} "
+                f"(the integer part must fit in int64 for exact phases), found {bad!r}"
+            )
     return positions
 
 
@@ -73,11 +85,45 @@ def _compute_device(device: torch.device) -> torch.device:
     return torch.device("cpu") if device.type == "mps" else device
 
 
+def _constants_eager(spec: RopeSpec, seq_len: int | None) -> tuple[tuple[float, ...], ...]:
+    """Exact per-band reduction constants (computed once per frequency table; a constant under torch.compile)."""
+    return band_constants(tuple(_frequencies_cpu(spec, seq_len).tolist()))
+
+
+_constants: Callable[[RopeSpec, int | None], tuple[tuple[float, ...], ...]] = (
+    torch._dynamo.assume_constant_result(_constants_eager)  # type: ignore[no-untyped-call]
+)
+
+
+_CONST_TENSORS: dict[tuple[object, ...], torch.Tensor] = {}
+
+
+def band_constant_tensor(spec: RopeSpec, seq_len: int | None, device: torch.device) -> torch.Tensor:
+    """[7, n] float64 constants of :func:`ropekit.reduction.reduced_turns` for ``spec`` on ``device``."""
+    if torch.compiler.is_compiling():
+        return torch.tensor(_constants(spec, seq_len), dtype=torch.float64, device=device)
+    key = (spec, seq_len, device)
+    t = _CONST_TENSORS.get(key)
+    if t is None:
+        if len(_CONST_TENSORS) >= 256:
+            _CONST_TENSORS.clear()
+        t = _CONST_TENSORS[key] = torch.tensor(_constants(spec, seq_len), dtype=torch.float64, device=device)
+    return t
+
+
 def _tables_from_angles(
     pos64: torch.Tensor, freqs64: torch.Tensor, factor: float, dtype: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    angle = pos64.unsqueeze(-1) * freqs64  # [*P, n] float64, elementwise (no matmul: no TF32/autocast)
-    angle = torch.remainder(angle, _TWO_PI)
+    """cos/sin of ``pos64 * freqs64`` for any float64 frequency table (e.g. a difference of two, used by
+    :func:`ropekit.cache.rerotate_keys`), with the same exact reduction; eager only (reads the frequencies)."""
+    consts = torch.tensor(band_constants(tuple(freqs64.tolist())), dtype=torch.float64, device=pos64.device)
+    return _tables_from_positions(pos64, consts, factor, dtype)
+
+
+def _tables_from_positions(
+    pos: torch.Tensor, consts: torch.Tensor, factor: float, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    angle = reduced_turns(pos, consts) * _TWO_PI  # [*P, n] float64 in [-pi, pi], exact to ~3e-15 rad
     cos, sin = torch.cos(angle), torch.sin(angle)
     if factor != 1.0:
         cos, sin = cos * factor, sin * factor
@@ -102,9 +148,27 @@ def rope_tables(
         device: where the tables go (default: the positions' device).
 
     Returns:
-        (cos, sin), each [*P, n] of ``dtype``, already multiplied by ``spec.attention_factor``.
+        (cos, sin), each [*P, n] of ``dtype``, already multiplied by ``spec.attention_factor``; fresh tensors.
+        float32 tables of integer positions of a static spec are read from a cache shared per spec and device
+        (:func:`ropekit.table_cache.shared_cache`), bit-identical to computing them.
     """
     check_positions(positions)
+    if (
+        dtype == torch.float32
+        and positions.dtype in _INT_DTYPES
+        and not spec.dynamic
+        and not torch.compiler.is_compiling()
+    ):
+        from ropekit.table_cache import shared_cache  # the cache is built from this module
+
+        pos = positions if device is None else positions.to(device)
+        cache = shared_cache(spec, pos.device)
+        hit = None if cache is None else cache.lookup(pos)
+        if hit is not None:
+            cos, sin = hit
+            if cos.untyped_storage().data_ptr() == cache.rows.untyped_storage().data_ptr():
+                cos, sin = cos.clone(), sin.clone()  # a slice of the cache: the caller may write to it
+            return cos, sin
     return _rope_tables(positions, spec, seq_len=seq_len, dtype=dtype, device=device)
 
 
@@ -127,17 +191,22 @@ def _rope_tables(
             torch.empty(shape, dtype=dtype, device="meta"),
             torch.empty(shape, dtype=dtype, device="meta"),
         )
+    if spec.dynamic and seq_len is None and torch.compiler.is_compiling():
+        raise ValueError(
+            f"spec with dynamic scaling {type(spec.scaling).__name__} needs seq_len under torch.compile "
+            "(its frequencies depend on the largest position, a data-dependent value)"
+        )
     if spec.dynamic and seq_len is None and positions.numel():
         seq_len = int(positions.max().item()) + 1
     work = _compute_device(out_device)
-    freqs = spec.frequencies(seq_len, device=work)
+    consts = band_constant_tensor(spec, seq_len, work)
     factor = spec.attention_factor
     with torch.autocast(device_type=work.type, enabled=False):
         pos = positions.to(work)
         if pos.dtype in _INT_DTYPES and pos.numel() > _UNIQUE_THRESHOLD and not torch.compiler.is_compiling():
             uniq, inverse = torch.unique(pos, return_inverse=True)
-            cos, sin = _tables_from_angles(uniq.to(torch.float64), freqs, factor, dtype)
+            cos, sin = _tables_from_positions(uniq, consts, factor, dtype)
             cos, sin = cos[inverse], sin[inverse]
         else:
-            cos, sin = _tables_from_angles(pos.to(torch.float64), freqs, factor, dtype)
+            cos, sin = _tables_from_positions(pos, consts, factor, dtype)
     return cos.to(out_device), sin.to(out_device)

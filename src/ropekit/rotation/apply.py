@@ -22,7 +22,7 @@ from typing import Literal
 
 import torch
 
-from ropekit.phases import _rope_tables, check_positions
+from ropekit.phases import INT_DTYPES, _rope_tables, check_positions
 from ropekit.rotation import fastpath
 from ropekit.rotation.dispatch import BACKENDS, _check_backend, _fused_triton, _pick_backend
 from ropekit.spec import RopeSpec
@@ -237,6 +237,14 @@ def apply_rope(
 
     Autograd: the backward of the rotation is the rotation by the negative angle.
     """
+    compiling = torch.compiler.is_compiling()
+    akey = None if compiling else fastpath.apply_key(q, k, positions, spec, format, inplace, backend)
+    hit = fastpath.apply_lookup(akey, spec)
+    if hit is not None:  # validated before with this geometry: integer positions, float32 tables
+        pos = positions if positions.device == q.device else positions.to(q.device)
+        tables = fastpath.shared_tables(pos.reshape(-1), spec)  # contiguous, as when the plan was built
+        if tables is not None:
+            return hit[0](q, k, tables[0], tables[1])
     _validate(q, k, positions, spec, format, inplace, backend)
     need64 = q.dtype == torch.float64 or (k is not None and k.dtype == torch.float64)
     pos = (
@@ -244,8 +252,18 @@ def apply_rope(
         if (format != "thd" and positions.dim() == 2 and positions.shape[0] == 1)
         else positions
     )
-    cos, sin = _rope_tables(pos, spec, dtype=torch.float64 if need64 else torch.float32, device=q.device)
-    return _rotate_pair(q, k, cos, sin, spec, format, inplace, backend)
+    tables = None
+    if not (compiling or need64) and pos.dtype in INT_DTYPES:
+        tables = fastpath.shared_tables(pos.to(q.device), spec)  # exact rows cached by position range
+    if tables is None:
+        tables = _rope_tables(pos, spec, dtype=torch.float64 if need64 else torch.float32, device=q.device)
+    cos, sin = tables
+    tkey = None if compiling else fastpath.key(q, k, cos, sin, spec, format, inplace, backend)
+    out = _rotate_pair(q, k, cos, sin, spec, format, inplace, backend, tkey)
+    plan = fastpath.lookup(tkey, spec)
+    if plan is not None:
+        fastpath.apply_store(akey, spec, plan, cos)
+    return out
 
 
 def apply_rope_tables(

@@ -7,6 +7,11 @@ identity), format, in-place flag, backend, and the dtype/device/shape/strides of
 and k share storage and at which relative offset. A later call with an equal key skips the Python checks (they
 would give the same answer) and makes one C call. Calls that need autograd, or run under torch.compile, never take
 this path.
+
+:func:`ropekit.apply_rope` has a second level (:func:`apply_key`): its key adds the positions' dtype, shape and
+device to q's and k's geometry, so a repeated call with integer positions skips validation, reads its tables from
+the spec's shared :class:`ropekit.table_cache.TableCache` (:func:`shared_tables`) and calls the stored plan when
+the tables have the geometry the plan was built for.
 """
 
 from __future__ import annotations
@@ -15,12 +20,27 @@ from typing import Any
 
 import torch
 
+from ropekit.phases import INT_DTYPES
 from ropekit.rotation import cpu_backend
+from ropekit.table_cache import SHARED_LIMIT, shared_tables
 
-__all__ = ["build", "key", "lookup"]
+__all__ = ["SHARED_LIMIT", "apply_key", "build", "key", "lookup", "shared_tables"]
 
 _PLANS: dict[tuple[Any, ...], tuple[object, cpu_backend.Plan]] = {}
 _MAX = 256
+
+
+def _k_geometry(q, k) -> tuple[Any, ...] | None:
+    if k is None:
+        return None
+    same = q.untyped_storage().data_ptr() == k.untyped_storage().data_ptr()
+    return (
+        k.dtype,
+        k.device,
+        k.shape,
+        k.stride(),
+        (q.storage_offset() - k.storage_offset()) if same else None,
+    )
 
 
 def key(q, k, cos, sin, spec, fmt, inplace, backend) -> tuple[Any, ...] | None:
@@ -28,16 +48,7 @@ def key(q, k, cos, sin, spec, fmt, inplace, backend) -> tuple[Any, ...] | None:
     try:
         if torch.is_grad_enabled() and (q.requires_grad or (k is not None and k.requires_grad)):
             return None
-        kk = None
-        if k is not None:
-            same = q.untyped_storage().data_ptr() == k.untyped_storage().data_ptr()
-            kk = (
-                k.dtype,
-                k.device,
-                k.shape,
-                k.stride(),
-                (q.storage_offset() - k.storage_offset()) if same else None,
-            )
+        kk = _k_geometry(q, k)
         return (
             id(spec),
             fmt,
@@ -78,3 +89,47 @@ def build(k: tuple[Any, ...] | None, spec, q, kt, cos_b, sin_b, r, layout, inpla
         _PLANS.clear()
     _PLANS[k] = (spec, plan)  # the spec object is kept alive, so its id cannot be reused while the key lives
     return plan
+
+
+# ---------------------------------------------------------------- apply_rope: validated calls and shared tables
+_APPLY: dict[tuple[Any, ...], tuple[object, cpu_backend.Plan]] = {}
+
+
+def apply_key(q, k, positions, spec, fmt, inplace, backend) -> tuple[Any, ...] | None:
+    """Key of an apply_rope call with integer positions, or None when it cannot take the fast path."""
+    try:
+        if positions.dtype not in INT_DTYPES or (
+            torch.is_grad_enabled() and (q.requires_grad or (k is not None and k.requires_grad))
+        ):
+            return None
+        return (
+            id(spec),
+            fmt,
+            inplace,
+            backend,
+            q.dtype,
+            q.device,
+            q.shape,
+            q.stride(),
+            _k_geometry(q, k),
+            positions.dtype,
+            positions.shape,
+            positions.device,
+        )
+    except (AttributeError, TypeError, RuntimeError):
+        return None
+
+
+def apply_lookup(k: tuple[Any, ...] | None, spec: object) -> tuple[cpu_backend.Plan] | None:
+    """The plan stored for this call geometry; it expects contiguous float32 [*P, n] tables."""
+    hit = _APPLY.get(k) if k is not None else None
+    return (hit[1],) if hit is not None and hit[0] is spec else None
+
+
+def apply_store(k: tuple[Any, ...] | None, spec: object, plan: cpu_backend.Plan, cos: torch.Tensor) -> None:
+    """Remember ``plan`` for the call key ``k`` if it was built for contiguous tables (what the caches return)."""
+    if k is None or not cos.is_contiguous():
+        return
+    if len(_APPLY) >= _MAX:
+        _APPLY.clear()
+    _APPLY[k] = (spec, plan)

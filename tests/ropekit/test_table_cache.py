@@ -1,0 +1,117 @@
+"""The exact-table cache and the decode fast paths built on it: same values as the direct exact tables, never
+stale, never an unrotated position, and the fast paths skip nothing that could change between calls."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ropekit import RopeSpec, Rotary, apply_rope, rope_tables
+from ropekit.phases import _rope_tables
+from ropekit.rotation import fastpath
+from ropekit.table_cache import TableCache
+from tests.oracles import reference_rope
+
+SPEC = RopeSpec(head_dim=32, rotary_dim=24, base=500_000.0)
+CPU = torch.device("cpu")
+
+
+def _direct(pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return _rope_tables(pos, SPEC)  # computed directly, no cache
+
+
+def test_runs_are_zero_copy_slices_and_equal_direct_tables() -> None:
+    cache = TableCache(SPEC, CPU, 256, 1024)
+    pos = torch.arange(100, 200)
+    cos, sin = cache.lookup(pos)  # type: ignore[misc]
+    assert cos.untyped_storage().data_ptr() == cache.rows.untyped_storage().data_ptr()  # no copy
+    want = _direct(pos)
+    assert torch.equal(cos, want[0]) and torch.equal(sin, want[1])
+
+
+def test_gathers_grow_and_refuse_out_of_range() -> None:
+    cache = TableCache(SPEC, CPU, 16, 1024)
+    pos = torch.tensor([[3, 700, 40], [0, 15, 1]])
+    cos, sin = cache.lookup(pos)  # type: ignore[misc]
+    assert cache.length == 1024 and cos.shape == (2, 3, 12)
+    want = _direct(pos)
+    assert torch.equal(cos, want[0]) and torch.equal(sin, want[1])
+    assert cache.lookup(torch.tensor([5, -1])) is None  # negative: the caller computes it exactly
+    assert cache.lookup(torch.tensor([5, 1024])) is None  # past the limit
+    assert cache.length == 1024
+
+
+def test_device_side_select_equals_direct_everywhere() -> None:
+    """The traceable read: cached rows inside the table, direct exact rows outside, bit-identical to direct."""
+    cache = TableCache(SPEC, CPU, 64, 64)
+    pos = torch.tensor([[0, 63, 64, -1], [2**62, -(2**63), 5, 10_000_000]])
+    cos, sin = cache.select(pos)
+    want = _direct(pos)
+    assert torch.equal(cos, want[0]) and torch.equal(sin, want[1])
+
+
+def test_dynamic_spec_refused() -> None:
+    from ropekit.scaling.ntk import DynamicNTK
+
+    spec = RopeSpec(head_dim=32, scaling=DynamicNTK(factor=2.0, max_position_embeddings=128))
+    with pytest.raises(ValueError, match="static spec"):
+        TableCache(spec, CPU, 16, 16)
+
+
+@pytest.mark.parametrize("entry", ["apply_rope", "Rotary"])
+def test_fast_path_follows_new_positions_and_values(entry: str) -> None:
+    """Decode: same geometry every step, new positions (in the cache, past its end, negative, past its limit)."""
+    rope = Rotary(SPEC, max_seq_len=16, format="bhsd", cache_limit=512)
+
+    def call(q: torch.Tensor, k: torch.Tensor, pos: torch.Tensor):
+        if entry == "Rotary":
+            return rope(q, k, positions=pos, inplace=True)
+        return apply_rope(q, k, pos, SPEC, format="bhsd", inplace=True)
+
+    with torch.no_grad():
+        for step, col in enumerate(([3, 9, 14], [4, 10, 15], [40, 300, 2], [-5, 7, 1], [600, 700_000, 0])):
+            pos = torch.tensor(col).unsqueeze(1)  # [b, 1]: each sequence at its own offset
+            q, k = torch.randn(3, 4, 1, 32), torch.randn(3, 2, 1, 32)
+            want_q = reference_rope(q.transpose(1, 2), pos, SPEC).transpose(1, 2)
+            want_k = reference_rope(k.transpose(1, 2), pos, SPEC).transpose(1, 2)
+            qo, ko = call(q, k, pos)
+            assert qo is q and ko is k
+            torch.testing.assert_close(q.double(), want_q, rtol=0, atol=1e-6, msg=f"step {step}")
+            torch.testing.assert_close(k.double(), want_k, rtol=0, atol=1e-6, msg=f"step {step}")
+    key = fastpath.apply_key(q, k, pos, SPEC, "bhsd", True, "auto")
+    assert fastpath.apply_lookup(key, SPEC) is not None  # the fast path was really armed
+
+
+def test_fast_path_does_not_skip_checks_that_depend_on_values_or_grad() -> None:
+    q, k = torch.randn(2, 4, 1, 32), torch.randn(2, 2, 1, 32)
+    pos = torch.tensor([[5], [9]])
+    with torch.no_grad():
+        apply_rope(q, k, pos, SPEC, format="bhsd", inplace=True)
+        apply_rope(q, k, pos, SPEC, format="bhsd", inplace=True)
+    before = q.clone()
+    with pytest.raises(ValueError, match="inf"), torch.no_grad():
+        apply_rope(q, k, torch.tensor([[5.0], [float("inf")]]), SPEC, format="bhsd", inplace=True)
+    assert torch.equal(q, before)
+    qg = torch.randn(2, 4, 1, 32, requires_grad=True)
+    out, _ = apply_rope(qg, None, pos, SPEC, format="bhsd")
+    (g,) = torch.autograd.grad(out.square().sum(), qg)
+    torch.testing.assert_close(g, 2 * qg.detach(), rtol=1e-5, atol=1e-5)  # rotations preserve norms
+
+
+def test_public_tables_are_copies() -> None:
+    rope = Rotary(SPEC, max_seq_len=128)
+    cos, _ = rope.tables(torch.arange(100))
+    cos.zero_()
+    again, _ = rope.tables(torch.arange(100))
+    assert torch.equal(again, _direct(torch.arange(100))[0])
+
+
+def test_rope_tables_reads_the_shared_cache_and_hands_out_fresh_tensors() -> None:
+    for pos in (torch.arange(10, 300), torch.tensor([[7, 3], [9, 1000]])):  # a run (slice), a gather
+        cos, sin = rope_tables(pos, SPEC)
+        want = _direct(pos)
+        assert torch.equal(cos, want[0]) and torch.equal(sin, want[1])
+        cos.zero_()
+        sin.zero_()
+        again = rope_tables(pos, SPEC)
+        assert torch.equal(again[0], want[0]) and torch.equal(again[1], want[1])
