@@ -99,7 +99,11 @@ def track(state: CacheState, spec: RopeSpec, position_ids: torch.Tensor, new_len
             n_keys = keys.shape[-2]
             if n_keys > hist.shape[1]:
                 raise ValueError(f"cache_correct: {n_keys} cached keys but {hist.shape[1]} positions tracked")
-            kspec = spec if keys.shape[-1] == spec.head_dim else dataclasses.replace(spec, head_dim=keys.shape[-1])
+            kspec = (
+                spec
+                if keys.shape[-1] == spec.head_dim
+                else dataclasses.replace(spec, head_dim=keys.shape[-1])
+            )
             rerotate_keys(
                 keys, hist[:, -n_keys:], kspec, from_len=state.rotated_len, to_len=new_len, format="bhsd"
             )

@@ -37,7 +37,13 @@ from torch import nn
 
 from ropekit.hf.apply import CALLS, wrap_apply
 from ropekit.hf.families import FAMILIES, Family, family_for_class
-from ropekit.hf.rotary import ROPEKIT_TABLES, RopekitRotary, ropekit_class, specs_for_config
+from ropekit.hf.rotary import (
+    ROPEKIT_TABLES,
+    RopekitRotary,
+    module_layer_types,
+    ropekit_class,
+    specs_for_config,
+)
 
 __all__ = ["SUPPORTED_CLASSES", "patch", "patched", "unpatch"]
 
@@ -161,7 +167,7 @@ def _plan(model: nn.Module) -> tuple[list[tuple[str, nn.Module, type, dict[str |
             refused.append(f"{where}: the module has no .config to build a RopeSpec from")
             continue
         try:
-            specs = specs_for_config(cfg, fam.layout, where)
+            specs = specs_for_config(cfg, fam.layout, where, module_layer_types(m))
         except ValueError as e:
             refused.append(f"{where}: ropekit cannot express its config: {e}")
             continue
@@ -172,7 +178,9 @@ def _plan(model: nn.Module) -> tuple[list[tuple[str, nn.Module, type, dict[str |
             continue
         todo.append((name, m, cls, specs))
     if refused:
-        raise ValueError("ropekit.hf.patch refuses this model (nothing was modified):\n  " + "\n  ".join(refused))
+        raise ValueError(
+            "ropekit.hf.patch refuses this model (nothing was modified):\n  " + "\n  ".join(refused)
+        )
     if not todo:
         raise ValueError(
             f"ropekit.hf.patch found no rotary module it recognises in {type(model).__name__}"
@@ -283,4 +291,3 @@ def patched(model: nn.Module, *, cache_correct: bool = False) -> Iterator[nn.Mod
     finally:
         if not already:
             unpatch(model)
-

@@ -31,7 +31,14 @@ from ropekit.phases import rope_tables
 from ropekit.scaling import DynamicNTK
 from ropekit.spec import RopeSpec
 
-__all__ = ["ROPEKIT_TABLES", "RopekitRotary", "RopekitTables", "ropekit_class", "specs_for_config"]
+__all__ = [
+    "ROPEKIT_TABLES",
+    "RopekitRotary",
+    "RopekitTables",
+    "module_layer_types",
+    "ropekit_class",
+    "specs_for_config",
+]
 
 #: attribute set on the tensors a ropekit rotary module returns (holds a :class:`RopekitTables`)
 ROPEKIT_TABLES = "_ropekit_tables"
@@ -76,13 +83,27 @@ def _lenient_spec(cfg: dict[str, Any], layer_type: str | None, layout: str, wher
         return spec
 
 
-def specs_for_config(config: Any, layout: str, where: str = "") -> dict[str | None, RopeSpec]:
-    """{layer_type or None: RopeSpec} for a rotary module's config (per-layer-type configs give one per type)."""
+def module_layer_types(module: nn.Module) -> list[str] | None:
+    """The rope layer types a per-layer-type rotary module serves (its ``rope_type`` dict), else None."""
+    rt = getattr(module, "rope_type", None)
+    return list(rt) if isinstance(rt, dict) else None
+
+
+def specs_for_config(
+    config: Any, layout: str, where: str = "", layer_types: list[str] | None = None
+) -> dict[str | None, RopeSpec]:
+    """{layer_type or None: RopeSpec} for a rotary module's config (per-layer-type configs give one per type).
+
+    ``layer_types`` restricts a nested config to the types the module serves (its ``rope_type`` keys).
+    """
     rp = getattr(config, "rope_parameters", None)
     per_layer = getattr(config, "per_layer_config", None)
     nested = isinstance(rp, dict) and bool(rp) and all(isinstance(v, dict) or v is None for v in rp.values())
     out: dict[str | None, RopeSpec] = {}
-    for lt in [k for k, v in rp.items() if v is not None] if nested else [None]:  # type: ignore[union-attr]
+    types: list[str | None] = [k for k, v in rp.items() if v is not None] if nested else [None]  # type: ignore[union-attr]
+    if nested and layer_types is not None:
+        types = [k for k in types if k in layer_types]
+    for lt in types:
         src = config
         if lt is not None and per_layer is not None:
             try:
@@ -115,9 +136,12 @@ class RopekitRotary(nn.Module):
 
     def _ropekit_init(self) -> None:
         fam = self._ropekit_family
-        self._ropekit_specs = specs_for_config(self.config, fam.layout, f"{type(self).__name__} ({fam.name})")
+        where = f"{type(self).__name__} ({fam.name})"
+        self._ropekit_specs = specs_for_config(self.config, fam.layout, where, module_layer_types(self))
 
-    def _ropekit_seq_len(self, spec: RopeSpec, position_ids: torch.Tensor, layer_type: str | None) -> int | None:
+    def _ropekit_seq_len(
+        self, spec: RopeSpec, position_ids: torch.Tensor, layer_type: str | None
+    ) -> int | None:
         if not spec.dynamic or not position_ids.numel():
             return None
         if isinstance(spec.scaling, DynamicNTK):  # transformers' state, kept by its own decorator
@@ -143,7 +167,9 @@ class RopekitRotary(nn.Module):
         cos, sin = rope_tables(position_ids, spec, seq_len=seq_len, device=x.device)  # [b, s, n] float32
         return cos, sin, spec
 
-    def _ropekit_forward(self, x: torch.Tensor, position_ids: torch.Tensor, layer_type: str | None = None) -> Any:
+    def _ropekit_forward(
+        self, x: torch.Tensor, position_ids: torch.Tensor, layer_type: str | None = None
+    ) -> Any:
         fam = self._ropekit_family
         cos_h, sin_h, spec = self._ropekit_tables(x, position_ids, layer_type)
         info = RopekitTables(cos_h, sin_h, fam, spec)
@@ -168,9 +194,16 @@ def ropekit_class(original: type, family: Family) -> type:
 
     @torch.no_grad()
     @dynamic_rope_update
-    def forward(self: RopekitRotary, x: torch.Tensor, position_ids: torch.Tensor, layer_type: str | None = None) -> Any:
+    def forward(
+        self: RopekitRotary, x: torch.Tensor, position_ids: torch.Tensor, layer_type: str | None = None
+    ) -> Any:
         return self._ropekit_forward(x, position_ids, layer_type)
 
     forward.__doc__ = f"{original.__name__}.forward, computed by ropekit (same arguments and outputs)."
-    ns = {"forward": forward, "_ropekit_family": family, "__module__": __name__, "__doc__": RopekitRotary.__doc__}
+    ns = {
+        "forward": forward,
+        "_ropekit_family": family,
+        "__module__": __name__,
+        "__doc__": RopekitRotary.__doc__,
+    }
     return type(f"Ropekit{original.__name__}", (RopekitRotary, original), ns)

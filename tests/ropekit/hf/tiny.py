@@ -97,6 +97,10 @@ def _shrink(cfg: Any) -> None:
                 setattr(cfg, key, value)
             except Exception:  # noqa: BLE001 - read-only properties stay as they are
                 pass
+    if cfg.__dict__.get("qk_rope_head_dim") and cfg.__dict__.get("qk_nope_head_dim") is not None:
+        cfg.num_key_value_heads = cfg.num_attention_heads  # MLA: one latent, every head
+        if "qk_head_dim" in cfg.__dict__:
+            cfg.qk_head_dim = cfg.qk_rope_head_dim + cfg.qk_nope_head_dim
     n = getattr(cfg, "num_hidden_layers", None)
     lt = getattr(cfg, "layer_types", None)
     if isinstance(n, int) and isinstance(lt, list) and len(lt) != n:
@@ -108,11 +112,49 @@ def _shrink(cfg: Any) -> None:
             _shrink(child)
 
 
+#: per-family adjustments the generic shrinking cannot guess (an attention layer in a hybrid, a partial factor
+#: that gives an even rotary dim at head_dim 16, ...)
+OVERRIDES: dict[str, dict[str, Any]] = {
+    "bamba": {"attn_layer_indices": [1], "mamba_d_head": 32},
+    "granitemoehybrid": {
+        "layer_types": ["linear_attention", "full_attention"],
+        "mamba_d_head": 32,
+        "position_embedding_type": "rope",
+    },
+    "recurrent_gemma": {"block_types": ["recurrent", "attention"]},
+    "mimo_v2_flash": {"head_dim": 24, "v_head_dim": 24},
+    "falcon_h1": {"mamba_d_ssm": 128, "mamba_d_head": 32},
+    "zamba2": {
+        "attention_hidden_size": 128,
+        "attention_head_dim": 32,
+        "mamba_headdim": 16,
+        "n_mamba_heads": 8,
+        "hybrid_layer_ids": [1],
+        "layers_block_type": ["mamba", "hybrid"],
+        "adapter_rank": 8,
+    },
+    "hrm_text": {"num_layers_per_stack": 1},
+    "lfm2_moe": {"num_dense_layers": 1, "layer_types": ["conv", "full_attention"]},
+    "longcat_flash": {
+        "num_layers": 1,
+        "ffn_hidden_size": 96,
+        "expert_ffn_hidden_size": 32,
+        "zero_expert_num": 2,
+    },
+    "gemma3n_text": {
+        "num_kv_shared_layers": 0,
+        "vocab_size_per_layer_input": 128,
+        "hidden_size_per_layer_input": 16,
+        "laurel_rank": 8,
+    },
+}
+
+
 def tiny_config(model_type: str, **overrides: Any) -> Any:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         cfg = transformers.AutoConfig.for_model(model_type)
         _shrink(cfg)
-        for key, value in overrides.items():
+        for key, value in {**OVERRIDES.get(model_type, {}), **overrides}.items():
             setattr(cfg, key, value)
     return cfg
