@@ -185,6 +185,8 @@ def _plan(model: nn.Module) -> tuple[list[tuple[str, nn.Module, type, dict[str |
         raise ValueError(
             f"ropekit.hf.patch found no rotary module it recognises in {type(model).__name__}"
             + (f" (unrecognised: {ignored})" if ignored else "")
+            + " (families whose attention builds its own sinusoids, such as GPT-J and CodeGen, have no rotary "
+            "module to replace)"
         )
     return todo, ignored
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import inspect
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -199,8 +200,13 @@ def ropekit_class(original: type, family: Family) -> type:
     ) -> Any:
         return self._ropekit_forward(x, position_ids, layer_type)
 
+    def __init__(self: RopekitRotary, *args: Any, **kwargs: Any) -> None:
+        RopekitRotary.__init__(self, *args, **kwargs)
+
+    __init__.__signature__ = inspect.signature(original.__init__)  # type: ignore[attr-defined]
     forward.__doc__ = f"{original.__name__}.forward, computed by ropekit (same arguments and outputs)."
     ns = {
+        "__init__": __init__,
         "forward": forward,
         "_ropekit_family": family,
         "__module__": __name__,
