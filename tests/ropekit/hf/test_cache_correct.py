@@ -20,7 +20,7 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-import ropekit.hf  # noqa: E402
+import ropekit.hf
 
 L0 = 16  # frequencies switch once the sequence passes 16 tokens
 PROMPT, NEW = 12, 10

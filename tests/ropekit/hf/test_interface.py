@@ -11,8 +11,8 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-import ropekit.hf  # noqa: E402
-from ropekit.hf.rotary import ROPEKIT_TABLES, RopekitRotary  # noqa: E402
+import ropekit.hf
+from ropekit.hf.rotary import ROPEKIT_TABLES, RopekitRotary
 
 SMALL = {
     "vocab_size": 128,
@@ -74,7 +74,7 @@ def test_rope_scaling_frequencies_pattern(model_type: str) -> None:
 
     _set_rope(config, {"rope_type": "default", "rope_theta": 10_000.0})
     original = rope_class(config=config)
-    cos_s, sin_s = original(x, short, **kwargs)
+    cos_s, _ = original(x, short, **kwargs)
     cos_l, sin_l = original(x, long, **kwargs)
     torch.testing.assert_close(cos_s, cos_l[:, :10])
     assert hasattr(cos_s, ROPEKIT_TABLES)  # computed by ropekit

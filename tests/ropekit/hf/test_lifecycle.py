@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import sys
 import warnings
 
@@ -11,8 +10,8 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-import ropekit.hf  # noqa: E402
-from ropekit.hf.rotary import RopekitRotary  # noqa: E402
+import ropekit.hf
+from ropekit.hf.rotary import RopekitRotary
 
 SMALL = {
     "vocab_size": 128,

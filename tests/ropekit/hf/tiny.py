@@ -8,6 +8,7 @@ goes unseen).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 import warnings
@@ -93,10 +94,8 @@ def families() -> dict[str, str]:
 def _shrink(cfg: Any) -> None:
     for key, value in _SIZES.items():
         if key in cfg.__dict__ or hasattr(type(cfg), key):
-            try:
+            with contextlib.suppress(Exception):  # read-only properties stay as they are
                 setattr(cfg, key, value)
-            except Exception:  # noqa: BLE001 - read-only properties stay as they are
-                pass
     if cfg.__dict__.get("qk_rope_head_dim") and cfg.__dict__.get("qk_nope_head_dim") is not None:
         cfg.num_key_value_heads = cfg.num_attention_heads  # MLA: one latent, every head
         if "qk_head_dim" in cfg.__dict__:
