@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: demo test test-all clean
+.PHONY: demo test test-all clean test-hf-suite
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,10 @@ test: $(VENV)/.dev
 
 test-all: $(VENV)/.dev
 	$(BIN)/python -m pytest -q -m ""
+
+# transformers' own common model tests (from its PyPI sdist), unpatched and with every model patched by ropekit
+test-hf-suite: $(VENV)/.dev
+	$(BIN)/python tools/hf_suite/run.py
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis
