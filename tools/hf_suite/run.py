@@ -89,7 +89,7 @@ def _run(pkg: Path, patched: bool, k: str | None) -> dict[str, str]:
     ]
     if k:
         cmd += ["-k", k]
-    out = subprocess.run(cmd, env=env, cwd=pkg.parent, capture_output=True, text=True).stdout
+    out = subprocess.run(cmd, check=False, env=env, cwd=pkg.parent, capture_output=True, text=True).stdout
     res = {}
     for line in out.splitlines():
         m = re.match(r"^(PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS) (\S+)", line)
@@ -101,15 +101,18 @@ def _run(pkg: Path, patched: bool, k: str | None) -> dict[str, str]:
     return res
 
 
+def _count(r: dict[str, str]) -> dict[str, int]:
+    return {s: sum(v == s for v in r.values()) for s in sorted(set(r.values()))}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-k", default=None, help="pytest -k expression (default: every common test)")
     args = ap.parse_args()
     pkg = _layout()
     base, ours = _run(pkg, False, args.k), _run(pkg, True, args.k)
-    count = lambda r: {s: sum(v == s for v in r.values()) for s in sorted(set(r.values()))}  # noqa: E731
-    print(f"unpatched: {count(base)}")
-    print(f"patched:   {count(ours)}")
+    print(f"unpatched: {_count(base)}")
+    print(f"patched:   {_count(ours)}")
     outcomes = CACHE / "patch_outcomes.json"
     if outcomes.exists():
         print(f"models built while patched: {json.loads(outcomes.read_text())}")
