@@ -34,7 +34,7 @@ from ropekit.hf.rotary import RopekitRotary
 sys.path.insert(0, str(Path(__file__).parent))
 from tiny import VOCAB, families, tiny_config
 
-_MROPE = "multi-axis (M-RoPE)"
+_MROPE = "multi-axis (M-RoPE) positions [3, b, s]: ropekit.hf does not yet express multi-axis rotaries"
 _NOT_BUILT = "our tiny config cannot build or run the unpatched model"
 #: model_type -> ("exact" | "refused" | "untested", reason)
 EXPECTED: dict[str, tuple[str, str]] = {
@@ -155,7 +155,10 @@ EXPECTED.update(
         "qwen3_5_moe": ("refused", _MROPE),
         "qwen3_5_moe_text": ("refused", _MROPE),
         "minimax_m3_vl_text": ("refused", _MROPE),
-        "deepseek_v4": ("refused", "the rope channels are the last ones of the head"),
+        "deepseek_v4": (
+            "refused",
+            "the rope channels are the last ones of the head (nope first); ropekit rotates leading channels",
+        ),
         "blt": ("untested", f"{_NOT_BUILT} (BltConfig has no num_hidden_layers)"),
         "cohere_compass_text": ("untested", f"{_NOT_BUILT} (layer types vs rope parameters)"),
         "dbrx": ("untested", f"{_NOT_BUILT} (DbrxAttentionConfig has no rope_theta)"),
@@ -301,7 +304,7 @@ def render() -> str:
         "",
         ", ".join(f"`{mt}`" for mt in exact),
         "",
-        "**Refused** (``patch`` raises ``ValueError`` with the reason):",
+        "**Refused** (`patch` raises `ValueError` with the reason):",
         "",
     ]
     lines += [f"- `{mt}`: {r}" for mt, (s, r) in sorted(EXPECTED.items()) if s == "refused"]
