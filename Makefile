@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: demo test test-all clean report-screenshot
+.PHONY: demo test test-all clean report-screenshot test-hf-suite
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,10 @@ test-all: $(VENV)/.dev
 report-screenshot: $(VENV)/.dev $(VENV)/.chromium
 	$(BIN)/python -m ropekit report llama-3.1-8b --out build/report
 	$(BIN)/python -m ropekit.report.browser build/report/index.html docs/report.png 1280 1700
+
+# transformers' own common model tests (from its PyPI sdist), unpatched and with every model patched by ropekit
+test-hf-suite: $(VENV)/.dev
+	$(BIN)/python tools/hf_suite/run.py
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis

@@ -1,174 +1,295 @@
 # SPDX-License-Identifier: MIT
-"""``ropekit.hf.patch(model)``: a transformers model computes its cos/sin and its rotation with ropekit.
+"""``ropekit.hf.patch(model)`` / ``unpatch(model)`` / ``with patched(model):`` -- transformers models on ropekit.
 
-What changes, per patched model:
+What changes, per patched model (see :mod:`ropekit.hf.families` for the table of families):
 
-- each ``*RotaryEmbedding`` module is replaced by :class:`RopekitRotaryEmbedding`, which has the same call
-  signature (``(x, position_ids)``, or ``(x, position_ids, layer_type)`` for per-layer-type models such as Gemma 3)
-  and returns cos/sin in transformers' format, built from ropekit's exact float64-reduced phases and its parsed
-  spec (every scaling scheme; dynamic and LongRoPE as pure functions of ``max(position_ids) + 1``, like HF);
-- the family's ``apply_rotary_pos_emb`` is wrapped once: when the cos it receives comes from a ropekit rotary
-  module it rotates with ropekit (float32 tables and float32 math, result in the activation dtype, autograd as the
-  inverse rotation); for any other model of the family it calls the original function unchanged.
+- each rotary module whose class a row of :data:`~ropekit.hf.families.FAMILIES` recognises has its class swapped
+  for ``Ropekit<Original>`` (:mod:`ropekit.hf.rotary`): same object, same attributes and constructor, a forward
+  that returns the same tables computed from ropekit's exact phases;
+- the family's apply functions are wrapped once per modeling file (:mod:`ropekit.hf.apply`): tables from ropekit
+  are rotated by ropekit's dispatch (the fused CPU kernel, Triton on CUDA); any other call goes to the original.
 
-So a float32 model gives the same logits as before within float32 rounding (tested to 1e-4), and bf16/fp16 models
-gain float32 tables instead of tables cast to the activation dtype. Families whose attention follows the standard
-half-split pattern are supported (:data:`SUPPORTED_MODEL_TYPES`); others are refused with a clear error.
+Before anything is modified every recognised module is verified on a probe: its replacement's tables must equal
+the original module's (shape, dtype, values to 1e-5) and each wrapped apply function must give the original's
+result from them. A family that fails, a refused row (multi-axis M-RoPE, rope on trailing channels) or a config
+ropekit cannot express raises ``ValueError`` saying why, with the model untouched. Rotary modules no row
+recognises (a LLaVA model's Pixtral vision rotary) are left alone, with a warning naming them.
+
+Configs are accepted as transformers accepts them: what ropekit's strict parser refuses but transformers runs
+with is accepted with a warning (strict validation is ``RopeSpec.from_hf``'s, for users who ask for it).
+
+``patch`` is idempotent (a second call is a no-op); ``unpatch`` restores the original classes (so the original
+forward and state), removes the hooks and, once no patched model uses it, the original apply functions.
 """
 
 from __future__ import annotations
 
-import inspect
+import contextlib
+import copy
 import sys
-from collections.abc import Callable
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 
-from ropekit.phases import rope_tables
-from ropekit.rotation.torch_backend import rotate
-from ropekit.spec import RopeSpec
-
-__all__ = ["SUPPORTED_MODEL_TYPES", "RopekitRotaryEmbedding", "patch", "unpatch_function"]
-
-#: model_type values whose rotary pattern ropekit reproduces (half-split, HF `rotate_half` apply).
-SUPPORTED_MODEL_TYPES = frozenset(
-    {
-        "llama",
-        "mistral",
-        "mixtral",
-        "qwen2",
-        "qwen2_moe",
-        "qwen3",
-        "qwen3_moe",
-        "phi3",
-        "gemma",
-        "gemma2",
-        "gemma3_text",
-        "gpt_neox",
-        "phi",
-        "stablelm",
-        "starcoder2",
-        "olmo2",
-        "granite",
-    }
+from ropekit.hf.apply import CALLS, wrap_apply
+from ropekit.hf.families import FAMILIES, Family, family_for_class
+from ropekit.hf.rotary import (
+    ROPEKIT_TABLES,
+    RopekitRotary,
+    module_layer_types,
+    ropekit_class,
+    specs_for_config,
 )
-_ATTR = "_ropekit_tables"
+
+__all__ = ["SUPPORTED_CLASSES", "patch", "patched", "unpatch"]
+
+#: rotary module class names ropekit patches (refused rows excluded)
+SUPPORTED_CLASSES = frozenset(c for f in FAMILIES if f.refused is None for c in f.rotary_classes)
+_RECORD = "_ropekit_patch"
+_PROBE_LEN = 12
+#: (modeling module name, function name) -> [module, original function, number of patched models using it]
+_FUNCTIONS: dict[tuple[str, str], list[Any]] = {}
 
 
-class RopekitRotaryEmbedding(nn.Module):
-    """Drop-in for a transformers rotary module; see the module docstring.
+@dataclass
+class _Record:
+    cache_correct: bool
+    modules: list[tuple[nn.Module, type]] = field(default_factory=list)
+    functions: list[tuple[str, str]] = field(default_factory=list)
+    hooks: list[Any] = field(default_factory=list)
+
+
+def _is_rotary(m: nn.Module) -> bool:
+    return type(m).__name__.endswith("RotaryEmbedding") or family_for_class(type(m).__name__) is not None
+
+
+def _call(mod: nn.Module, x: torch.Tensor, pos: torch.Tensor, lt: str | None) -> Any:
+    return mod(x, pos) if lt is None else mod(x, pos, layer_type=lt)
+
+
+def _flat(out: Any) -> list[torch.Tensor]:
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def _max_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    if a.is_complex():
+        a, b = torch.view_as_real(a), torch.view_as_real(b)
+    return float((a.double() - b.double()).abs().max()) if a.numel() else 0.0
+
+
+def _verify(module: nn.Module, cls: type, fam: Family, specs: dict[str | None, Any]) -> str | None:
+    """None when the replacement reproduces the module and its apply functions on a probe, else why not."""
+    try:
+        p = next(module.buffers())
+        device = p.device
+    except StopIteration:
+        device = torch.device("cpu")
+    if device.type == "meta":
+        return "the module is on the meta device (load the weights first)"
+    ref_mod, ours = copy.deepcopy(module), copy.deepcopy(module)
+    ours.__class__ = cls
+    ours._ropekit_specs = specs  # type: ignore[assignment]
+    x = torch.zeros(1, dtype=torch.float32, device=device)
+    pos = torch.arange(_PROBE_LEN, device=device).view(1, -1)
+    modeling = sys.modules[type(module).__module__]
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    with torch.no_grad():
+        for lt in specs:
+            try:
+                ref = _flat(_call(ref_mod, x, pos, lt))
+            except Exception as e:  # noqa: BLE001 - a module that does not run as called is reported
+                return f"the original module does not run as (x, position_ids{', layer_type' if lt else ''}): {e}"
+            got = _flat(_call(ours, x, pos, lt))
+            if [(t.shape, t.dtype) for t in ref] != [(t.shape, t.dtype) for t in got]:
+                return (
+                    f"tables differ in format: transformers gives {[(tuple(t.shape), t.dtype) for t in ref]}, "
+                    f"the {fam.tables!r} row gives {[(tuple(t.shape), t.dtype) for t in got]}"
+                )
+            err = max(_max_err(a, b) for a, b in zip(ref, got))
+            if err > 1e-5:
+                return f"tables differ from transformers' by {err:.2e} (layer_type={lt!r})"
+            info = getattr(got[0], ROPEKIT_TABLES)
+            n = info.cos.shape[-1]
+            found = False
+            for fn_name, kind in fam.applies:
+                fn = getattr(modeling, fn_name, None)
+                if not callable(fn):
+                    continue
+                found = True
+                original = getattr(fn, "_ropekit_original", fn)
+                wrapped = wrap_apply(original, kind, ("probe", fn_name))
+                shape = (1, _PROBE_LEN, 3, 2 * n) if kind == "complex_bshd" else (1, 3, _PROBE_LEN, 2 * n)
+                q = torch.randn(shape, generator=gen).to(device)
+                k = torch.randn(shape, generator=gen).to(device)
+                args = (q, *got) if kind == "x" else (q, k, *got)
+                before = CALLS[("probe", fn_name)]
+                a, b = original(*args), wrapped(*args)
+                if CALLS[("probe", fn_name)] == before:
+                    return f"{modeling.__name__}.{fn_name} could not be routed through ropekit ({kind!r})"
+                err = max(_max_err(u, v) for u, v in zip(_flat(a), _flat(b)))
+                if err > 1e-5:
+                    return (
+                        f"{modeling.__name__}.{fn_name} rotates differently from the row's {fam.layout!r} "
+                        f"layout ({kind!r}): max error {err:.2e}"
+                    )
+            if not found:
+                names = [f for f, _ in fam.applies]
+                return f"{modeling.__name__} defines none of the row's apply functions {names}"
+    return None
+
+
+def _plan(model: nn.Module) -> tuple[list[tuple[str, nn.Module, type, dict[str | None, Any]]], list[str]]:
+    """(name, module, replacement class) for each recognised module, and the unrecognised rotaries' names."""
+    todo, ignored, refused = [], [], []
+    for name, m in model.named_modules():
+        if not _is_rotary(m) or isinstance(m, RopekitRotary):
+            continue
+        fam = family_for_class(type(m).__name__)
+        where = f"{name or type(model).__name__} ({type(m).__name__})"
+        if fam is None:
+            ignored.append(where)
+            continue
+        if fam.refused is not None:
+            refused.append(f"{where}: {fam.refused}")
+            continue
+        cfg = getattr(m, "config", None)
+        rp = getattr(cfg, "rope_parameters", None)
+        if isinstance(rp, dict) and (
+            "mrope_section" in rp or any(isinstance(v, dict) and "mrope_section" in v for v in rp.values())
+        ):
+            refused.append(f"{where}: its config has mrope_section (multi-axis positions), not yet expressed")
+            continue
+        if cfg is None:
+            refused.append(f"{where}: the module has no .config to build a RopeSpec from")
+            continue
+        try:
+            specs = specs_for_config(cfg, fam.layout, where, module_layer_types(m))
+        except ValueError as e:
+            refused.append(f"{where}: ropekit cannot express its config: {e}")
+            continue
+        cls = ropekit_class(type(m), fam)
+        why = _verify(m, cls, fam, specs)
+        if why is not None:
+            refused.append(f"{where}: {why}")
+            continue
+        todo.append((name, m, cls, specs))
+    if refused:
+        raise ValueError(
+            "ropekit.hf.patch refuses this model (nothing was modified):\n  " + "\n  ".join(refused)
+        )
+    if not todo:
+        raise ValueError(
+            f"ropekit.hf.patch found no rotary module it recognises in {type(model).__name__}"
+            + (f" (unrecognised: {ignored})" if ignored else "")
+            + " (families whose attention builds its own sinusoids, such as GPT-J and CodeGen, have no rotary "
+            "module to replace)"
+        )
+    return todo, ignored
+
+
+def patch(model: nn.Module, *, cache_correct: bool = False) -> nn.Module:
+    """Make a transformers model compute its rotary tables and rotations with ropekit; returns the model.
 
     Args:
-        specs: {layer_type or None: RopeSpec}.
-        original_class: name of the replaced class (for repr).
-    """
-
-    def __init__(self, specs: dict[str | None, RopeSpec], original_class: str) -> None:
-        super().__init__()
-        self.specs = specs
-        self.original_class = original_class
-
-    def forward(
-        self, x: torch.Tensor, position_ids: torch.Tensor, layer_type: str | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        if layer_type not in self.specs:
-            raise ValueError(
-                f"layer_type={layer_type!r} unknown to this rotary module; known: {sorted(map(str, self.specs))}"
-            )
-        spec = self.specs[layer_type]
-        seq_len = int(position_ids.max()) + 1 if spec.dynamic and position_ids.numel() else None
-        cos_h, sin_h = rope_tables(position_ids, spec, seq_len=seq_len, device=x.device)  # [b, s, n] float32
-        cos = torch.cat([cos_h, cos_h], -1).to(x.dtype)  # HF's duplicated half-split layout
-        sin = torch.cat([sin_h, sin_h], -1).to(x.dtype)
-        setattr(cos, _ATTR, (cos_h, sin_h))
-        setattr(sin, _ATTR, (cos_h, sin_h))
-        return cos, sin
-
-    def extra_repr(self) -> str:
-        return f"replaces={self.original_class}, layer_types={list(self.specs)}"
-
-
-def _wrap_apply(original: Callable[..., Any]) -> Callable[..., Any]:
-    sig = inspect.signature(original)
-
-    def apply_rotary_pos_emb(*args: Any, **kwargs: Any) -> Any:
-        bound = sig.bind(*args, **kwargs)
-        bound.apply_defaults()
-        a = bound.arguments
-        tables = getattr(a["cos"], _ATTR, None)
-        if tables is None:
-            return original(*args, **kwargs)
-        dim = int(a.get("unsqueeze_dim", 1))
-        cos_h, sin_h = (t.unsqueeze(dim) for t in tables)
-        r = 2 * cos_h.shape[-1]
-        q = rotate(a["q"], cos_h, sin_h, rotary_dim=r, layout="half", inplace=False)
-        k = rotate(a["k"], cos_h, sin_h, rotary_dim=r, layout="half", inplace=False)
-        return q, k
-
-    apply_rotary_pos_emb._ropekit_original = original  # type: ignore[attr-defined]
-    apply_rotary_pos_emb.__doc__ = original.__doc__
-    return apply_rotary_pos_emb
-
-
-def unpatch_function(modeling_module: Any) -> None:
-    """Restore a modeling module's original ``apply_rotary_pos_emb`` (affects every model of that family)."""
-    fn = getattr(modeling_module, "apply_rotary_pos_emb", None)
-    if fn is not None and hasattr(fn, "_ropekit_original"):
-        modeling_module.apply_rotary_pos_emb = fn._ropekit_original
-
-
-def _specs_for(config: Any, strict: bool) -> dict[str | None, RopeSpec]:
-    rp = getattr(config, "rope_parameters", None)
-    if isinstance(rp, dict) and rp and all(isinstance(v, dict) or v is None for v in rp.values()):
-        return {
-            lt: RopeSpec.from_hf(config, layer_type=lt, strict=strict)
-            for lt, v in rp.items()
-            if v is not None
-        }
-    return {None: RopeSpec.from_hf(config, strict=strict)}
-
-
-def patch(model: nn.Module, *, strict: bool = True) -> nn.Module:
-    """Make a transformers model use ropekit for its cos/sin and its rotation; returns the model.
+        model: a transformers model (any head; multimodal models get their recognised text rotary patched).
+        cache_correct: with dynamic NTK or LongRoPE, re-rotate cached keys when the frequencies switch, so
+            token-by-token generation equals a full forward at every length (:mod:`ropekit.hf.cache_correct`).
+            Default False: transformers' own behaviour (stale cached keys).
 
     Raises:
-        ValueError: for an unsupported family, a config ropekit refuses (see ``RopeSpec.from_hf``; ``strict=False``
-            accepts what transformers accepts), or a model without a rotary module. Nothing is modified then.
+        ValueError: a model ropekit refuses (unsupported or unverifiable rotary, see the message), or a second call
+            with a different ``cache_correct``. Nothing is modified then.
     """
-    config = getattr(model, "config", None)
-    if config is None:
+    if not isinstance(model, nn.Module) or getattr(model, "config", None) is None:
         raise ValueError(f"patch expects a transformers model with a .config, got {type(model).__name__}")
-    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
-    model_type = getattr(text_config, "model_type", None)
-    if model_type not in SUPPORTED_MODEL_TYPES:
-        raise ValueError(
-            f"ropekit.hf.patch does not support model_type={model_type!r}; supported: {sorted(SUPPORTED_MODEL_TYPES)}"
-        )
-    specs = _specs_for(text_config, strict)
-    bad = [lt for lt, s in specs.items() if s.layout != "half"]
-    if bad:
-        raise ValueError(
-            f"model_type={model_type!r} uses the interleaved layout, which patch does not support"
-        )
-    targets = [
-        (n, m)
-        for n, m in model.named_modules()
-        if type(m).__name__.endswith("RotaryEmbedding") and not isinstance(m, RopekitRotaryEmbedding)
-    ]
-    if not targets:
-        raise ValueError(f"no *RotaryEmbedding module found in {type(model).__name__}")
-    modeling_modules = {sys.modules[type(m).__module__] for _, m in targets}
-    for mod in modeling_modules:
-        if not callable(getattr(mod, "apply_rotary_pos_emb", None)):
-            raise ValueError(  # noqa: TRY004 - an unsupported model, not a wrong argument type
-                f"{mod.__name__} has no apply_rotary_pos_emb to route through ropekit"
+    if not isinstance(cache_correct, bool):
+        raise TypeError(f"cache_correct must be a bool, got {cache_correct!r}")
+    record = model.__dict__.get(_RECORD)
+    if record is not None:
+        if record.cache_correct != cache_correct:
+            raise ValueError(
+                f"model is already patched with cache_correct={record.cache_correct}; unpatch it first to patch "
+                f"with cache_correct={cache_correct}"
             )
-    for name, module in targets:  # all checks passed: modify
-        parent = model.get_submodule(name.rsplit(".", 1)[0]) if "." in name else model
-        setattr(parent, name.rsplit(".", 1)[-1], RopekitRotaryEmbedding(specs, type(module).__name__))
-    for mod in modeling_modules:
-        if not hasattr(mod.apply_rotary_pos_emb, "_ropekit_original"):
-            mod.apply_rotary_pos_emb = _wrap_apply(mod.apply_rotary_pos_emb)
+        return model  # idempotent
+    todo, ignored = _plan(model)
+    if cache_correct:
+        from ropekit.hf.cache_correct import cache_correct_refusal
+
+        for name, m, cls, specs in todo:
+            why = cache_correct_refusal(m, specs)
+            if why is not None:
+                raise ValueError(f"cache_correct=True refused for {name} ({type(m).__name__}): {why}")
+    if ignored:
+        warnings.warn(f"ropekit.hf.patch left unrecognised rotary modules alone: {ignored}", stacklevel=2)
+    record = _Record(cache_correct)
+    for name, m, cls, specs in todo:  # all checks passed: modify
+        original = type(m)
+        m.__class__ = cls
+        m._ropekit_specs = specs  # type: ignore[assignment]
+        record.modules.append((m, original))
+        fam: Family = cls._ropekit_family  # type: ignore[attr-defined]
+        modeling = sys.modules[original.__module__]
+        for fn_name, kind in fam.applies:
+            key = (modeling.__name__, fn_name)
+            fn = getattr(modeling, fn_name, None)
+            if not callable(fn) or key in record.functions:
+                continue
+            if key not in _FUNCTIONS:
+                _FUNCTIONS[key] = [modeling, fn, 0]
+                setattr(modeling, fn_name, wrap_apply(fn, kind, key))
+            _FUNCTIONS[key][2] += 1
+            record.functions.append(key)
+        if cache_correct:
+            from ropekit.hf.cache_correct import CacheState, install_hooks
+
+            state = CacheState()
+            m._ropekit_cache_state = state  # type: ignore[assignment]
+            parent = model.get_submodule(name.rsplit(".", 1)[0]) if "." in name else model
+            record.hooks += install_hooks(parent, state)
+    model.__dict__[_RECORD] = record
     return model
+
+
+def unpatch(model: nn.Module) -> nn.Module:
+    """Undo :func:`patch`: original classes, no hooks, original apply functions once unused; returns the model.
+
+    A model that is not patched is returned unchanged.
+    """
+    record: _Record | None = model.__dict__.pop(_RECORD, None)
+    if record is None:
+        return model
+    for handle in record.hooks:
+        handle.remove()
+    for m, original in record.modules:
+        m.__class__ = original
+        for attr in ("_ropekit_specs", "_ropekit_cache_state"):
+            m.__dict__.pop(attr, None)
+    for key in record.functions:
+        entry = _FUNCTIONS.get(key)
+        if entry is None:
+            continue
+        entry[2] -= 1
+        if entry[2] <= 0:
+            modeling, fn, _ = _FUNCTIONS.pop(key)
+            setattr(modeling, key[1], fn)
+    return model
+
+
+@contextlib.contextmanager
+def patched(model: nn.Module, *, cache_correct: bool = False) -> Iterator[nn.Module]:
+    """``with patched(model): ...`` -- patch on entry, unpatch on exit (also on error).
+
+    A model that was already patched on entry stays patched on exit.
+    """
+    already = _RECORD in model.__dict__
+    patch(model, cache_correct=cache_correct)
+    try:
+        yield model
+    finally:
+        if not already:
+            unpatch(model)

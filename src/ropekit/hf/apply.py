@@ -1,0 +1,110 @@
+# SPDX-License-Identifier: MIT
+"""Wrappers of a modeling file's apply functions: ropekit rotates when the tables come from ropekit.
+
+A wrapper looks for :data:`ropekit.hf.rotary.ROPEKIT_TABLES` on the cos (or ``freqs_cis``) it receives. Present:
+it rotates with :func:`ropekit.apply_rope_tables` (``backend="auto"``: the fused CPU kernel on CPU tensors, Triton
+on CUDA), from ropekit's float32 half tables, float32 math, result in the input's dtype. Absent (a model of the
+family that is not patched, or tables a model modified on the way): it calls the original function unchanged; the
+tables a patched module returns are in the family's own format, so that path is exact too, only not fused.
+
+Calling conventions: see :data:`ropekit.hf.families.APPLY_KINDS`. Shapes: q, k [b, h, s, d] (unsqueeze_dim=1,
+"bhsd") or [b, s, h, d] (unsqueeze_dim=2, "bshd"); tables [b | 1, s, n].
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ropekit.hf.rotary import ROPEKIT_TABLES, RopekitTables
+from ropekit.rotation.apply import apply_rope_tables
+from ropekit.spec import RopeSpec
+
+__all__ = ["CALLS", "wrap_apply"]
+
+#: (modeling module, function name) -> number of rotations ropekit did there (tests read it; never reset by us)
+CALLS: Counter[tuple[str, str]] = Counter()
+
+
+@functools.lru_cache(maxsize=256)
+def _geometry(head_dim: int, rotary_dim: int, layout: str) -> RopeSpec:
+    """A spec carrying only what the rotation needs (the phases are already in the tables)."""
+    return RopeSpec(head_dim=head_dim, rotary_dim=rotary_dim, layout=layout)  # type: ignore[arg-type]
+
+
+def _tables(info: RopekitTables) -> tuple[torch.Tensor, torch.Tensor]:
+    if info.family.sign < 0:
+        neg = info.extra.get("neg_sin")
+        if neg is None:
+            neg = info.extra["neg_sin"] = -info.sin
+        return info.cos, neg
+    return info.cos, info.sin
+
+
+def _rotate(
+    q: torch.Tensor, k: torch.Tensor | None, info: RopekitTables, fmt: str, layout: str
+) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    cos, sin = _tables(info)
+    r = 2 * cos.shape[-1]
+    d = q.shape[-1]
+    if d < r or (k is not None and k.shape[-1] != d):
+        return None
+    spec = _geometry(d, r, layout)
+    return apply_rope_tables(q, k, cos, sin, spec, format=fmt)  # type: ignore[arg-type]
+
+
+def _fmt(unsqueeze_dim: Any) -> str | None:
+    return {1: "bhsd", 2: "bshd"}.get(int(unsqueeze_dim))
+
+
+def wrap_apply(original: Callable[..., Any], kind: str, where: tuple[str, str]) -> Callable[..., Any]:
+    """The wrapper of one apply function (see the module docstring)."""
+    sig = inspect.signature(original)
+    table_arg = "freqs_cis" if kind.startswith("complex") else "cos"
+
+    def rotate(a: dict[str, Any], info: RopekitTables) -> Any:
+        layout = info.family.layout
+        if kind == "qk":
+            fmt = _fmt(a.get("unsqueeze_dim", 1))
+            out = None if fmt is None else _rotate(a["q"], a["k"], info, fmt, layout)
+            if out is None:
+                return None
+            return out[0] if a["k"] is None else out
+        if kind == "x":
+            fmt = _fmt(a.get("unsqueeze_dim", 1))
+            out = None if fmt is None else _rotate(a["x"], None, info, fmt, layout)
+            return None if out is None else out[0]
+        if kind == "mla_interleave":
+            fmt = _fmt(a.get("unsqueeze_dim", 1))
+            q, k = a["q"], a["k"]
+            if fmt is None or q.shape[-1] != 2 * info.cos.shape[-1]:
+                return None
+            qh = torch.cat([q[..., 0::2], q[..., 1::2]], dim=-1)  # pairs (2i, 2i+1) -> (i, i + n)
+            kh = torch.cat([k[..., 0::2], k[..., 1::2]], dim=-1)
+            return _rotate(qh, kh, info, fmt, "half")
+        fmt = "bshd" if kind == "complex_bshd" else "bhsd"
+        return _rotate(a["xq"], a["xk"], info, fmt, layout)
+
+    def apply(*args: Any, **kwargs: Any) -> Any:
+        try:
+            bound = sig.bind(*args, **kwargs)
+        except TypeError:
+            return original(*args, **kwargs)
+        bound.apply_defaults()
+        a = bound.arguments
+        info = getattr(a.get(table_arg), ROPEKIT_TABLES, None)
+        if info is not None:
+            out = rotate(a, info)
+            if out is not None:
+                CALLS[where] += 1
+                return out
+        return original(*args, **kwargs)
+
+    functools.update_wrapper(apply, original)
+    apply._ropekit_original = original  # type: ignore[attr-defined]
+    return apply
