@@ -127,6 +127,10 @@ def _setup(lib: ctypes.CDLL) -> ctypes.CDLL:
         fn = getattr(lib, name)
         fn.argtypes = [P, P, P, P, P, P, P, P, P]
         fn.restype = None
+    lib.ropekit_check_slots.argtypes = [P, I, I, P]
+    lib.ropekit_check_slots.restype = ctypes.c_int
+    lib.ropekit_check_offsets.argtypes = [P, I, I, I, P]
+    lib.ropekit_check_offsets.restype = ctypes.c_int
     if lib.ropekit_abi_version() != ABI_VERSION:
         raise RuntimeError("stale kernel library (ABI mismatch)")
     return lib

@@ -97,3 +97,44 @@ void NAME(const T *k, const T *v, T *ck, T *cv, T *q, const f32 *cosp, const f32
 CACHE_WRITE_KERNEL(ropekit_cache_write_f32, f32)
 CACHE_WRITE_KERNEL(ropekit_cache_write_bf16, bf16)
 CACHE_WRITE_KERNEL(ropekit_cache_write_f16, f16)
+
+// Validation before any write (the fast path of ropekit/rotation/kv_cache.py; the PyTorch path checks the same).
+// Returns 0 when every slot is in [0, capacity) and no slot repeats; else 1 (out of range) or 2 (a repeat), with
+// the offending token index in *bad.
+static int cmp_i64(const void *a, const void *b) {
+    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+int ropekit_check_slots(const int64_t *slots, int64_t T, int64_t capacity, int64_t *bad) {
+    for (int64_t t = 0; t < T; ++t) {
+        if (slots[t] < 0 || slots[t] >= capacity) { *bad = t; return 1; }
+    }
+    if (T <= 64) {
+        for (int64_t t = 1; t < T; ++t)
+            for (int64_t u = 0; u < t; ++u)
+                if (slots[t] == slots[u]) { *bad = t; return 2; }
+        return 0;
+    }
+    int64_t *sorted = (int64_t *)malloc((size_t)T * sizeof(int64_t));
+    if (!sorted) { *bad = -1; return 3; }
+    memcpy(sorted, slots, (size_t)T * sizeof(int64_t));
+    qsort(sorted, (size_t)T, sizeof(int64_t), cmp_i64);
+    int rc = 0;
+    for (int64_t t = 1; t < T && !rc; ++t) {
+        if (sorted[t] == sorted[t - 1]) {
+            rc = 2;
+            for (int64_t u = 0; u < T; ++u)  // report a token that holds the repeated slot
+                if (slots[u] == sorted[t]) *bad = u;
+        }
+    }
+    free(sorted);
+    return rc;
+}
+
+// Offsets of the contiguous layout: 0 <= offsets[b] and offsets[b] + S <= rows. Returns 0, or 1 with *bad = b.
+int ropekit_check_offsets(const int64_t *offsets, int64_t B, int64_t S, int64_t rows, int64_t *bad) {
+    for (int64_t b = 0; b < B; ++b) {
+        if (offsets[b] < 0 || offsets[b] > rows - S) { *bad = b; return 1; }
+    }
+    return 0;
+}

@@ -12,6 +12,7 @@
 // chunks already claimed. A worker that is descheduled (a busy machine) therefore never holds the call up: its
 // share is done by whoever runs. Idle workers sleep on a condition variable (no spinning).
 #include <stdint.h>
+#include <stdlib.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>

@@ -73,8 +73,62 @@ def _index(name: str, x: object, shape: tuple[int, ...], device: torch.device) -
 
 
 def _byte_range(x: torch.Tensor) -> tuple[int, int]:
-    span = sum((size - 1) * abs(st) for size, st in zip(x.shape, x.stride(), strict=True)) + 1
-    return x.data_ptr(), x.data_ptr() + span * x.element_size()
+    span = 1
+    for size, st in zip(x.shape, x.stride(), strict=True):
+        span += (size - 1) * abs(st)
+    p = x.data_ptr()
+    return p, p + span * x.element_size()
+
+
+def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    return len(shape) <= len(target) and all(
+        a == 1 or a == b for a, b in zip(reversed(shape), reversed(target), strict=False)
+    )
+
+
+def _check_slots(sl: torch.Tensor, capacity: int) -> None:
+    """Every slot in [0, capacity) and none twice (in C when the kernel is there: no per-call tensor ops)."""
+    T = sl.numel()
+    if not T:
+        return
+    lib = cpu_build.load() if sl.device.type == "cpu" else None
+    if lib is not None:
+        sl = sl.contiguous()
+        bad = ctypes.c_int64(0)
+        rc = lib.ropekit_check_slots(sl.data_ptr(), T, capacity, ctypes.byref(bad))
+    else:
+        out = (sl < 0) | (sl >= capacity)
+        bad = ctypes.c_int64(int(torch.argmax(out.to(torch.int8))))
+        rc = 1 if bool(out.any()) else (2 if torch.unique(sl).numel() != T else 0)
+    if rc == 1:
+        raise ValueError(
+            f"slots[{bad.value}] = {int(sl[bad.value])} is outside the cache (0 <= slot < {capacity})"
+        )
+    if rc == 3:
+        raise MemoryError("ropekit: could not allocate memory to check the slots")
+    if rc:
+        raise ValueError("slots must be distinct: two tokens would write the same cache slot")
+
+
+def _check_offsets(off: torch.Tensor, S: int, rows: int) -> None:
+    B = off.numel()
+    if not B:
+        return
+    lib = cpu_build.load() if off.device.type == "cpu" else None
+    if lib is not None:
+        off = off.contiguous()
+        bad = ctypes.c_int64(0)
+        rc = lib.ropekit_check_offsets(off.data_ptr(), B, S, rows, ctypes.byref(bad))
+        b = bad.value
+    else:
+        wrong = (off < 0) | (off + S > rows)
+        rc = int(bool(wrong.any()))
+        b = int(torch.argmax(wrong.to(torch.int8)))
+    if rc:
+        raise ValueError(
+            f"offsets[{b}] = {int(off[b])} does not fit {S} new tokens in a cache of {rows} rows "
+            f"(need 0 <= offset <= {rows - S})"
+        )
 
 
 def _no_overlap(outs: list[tuple[str, torch.Tensor]], ins: list[tuple[str, torch.Tensor]]) -> None:
@@ -110,23 +164,15 @@ def _tables(
             if not isinstance(t, torch.Tensor) or t.dtype != torch.float32:
                 got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
                 raise ValueError(f"{nm} must be a float32 tensor (exact ropekit tables), got {got}")
-            if t.shape[-1:] != (n,) or t.dim() > len(shape) + 1:
-                raise ValueError(
-                    f"{nm} must have shape {(*shape, n)} or a broadcastable prefix, got {tuple(t.shape)}"
-                )
-            try:
-                torch.broadcast_shapes(t.shape, (*shape, n))
-            except RuntimeError:
-                raise ValueError(f"{nm} shape {tuple(t.shape)} does not broadcast to {(*shape, n)}") from None
+            if t.shape[-1:] != (n,) or not _broadcasts(tuple(t.shape), (*shape, n)):
+                raise ValueError(f"{nm} shape {tuple(t.shape)} does not broadcast to {(*shape, n)}")
             if t.device != device:
                 raise ValueError(f"{nm} is on {t.device}, expected {device}")
         return cos, sin
     assert positions is not None
     check_positions(positions)
-    try:
-        torch.broadcast_shapes(positions.shape, shape)
-    except RuntimeError:
-        raise ValueError(f"positions of shape {tuple(positions.shape)} do not broadcast to {shape}") from None
+    if not _broadcasts(tuple(positions.shape), shape):
+        raise ValueError(f"positions of shape {tuple(positions.shape)} do not broadcast to {shape}")
     return rope_tables(positions, spec, device=device)
 
 
@@ -203,12 +249,7 @@ def rope_cache_write(
             raise ValueError(f"q shape {tuple(q.shape)} does not match k shape {tuple(k.shape)} ({format})")
     s_max = ckb.shape[1]
     off = _index("offsets", offsets, (B,), k.device)
-    if B and (int(off.min()) < 0 or int(off.max()) + S > s_max):
-        bad = int(torch.argmax(((off < 0) | (off + S > s_max)).to(torch.int8)))
-        raise ValueError(
-            f"offsets[{bad}] = {int(off[bad])} does not fit {S} new tokens in a cache of {s_max} rows "
-            f"(need 0 <= offset <= {s_max - S})"
-        )
+    _check_offsets(off, S, s_max)
     if positions is None and tables is None:
         positions = off[:, None] + torch.arange(S, device=k.device)
     cos, sin = _tables(spec, positions, tables, (B, S), k.device)
@@ -274,13 +315,7 @@ def rope_paged_cache_write(
         raise ValueError(f"q shape {tuple(q.shape)} does not match k shape {tuple(k.shape)}")
     nb, bs = ck.shape[0], ck.shape[1]
     sl = _index("slots", slots, (T,), k.device)
-    if T:
-        bad_mask = (sl < 0) | (sl >= nb * bs)
-        if bool(bad_mask.any()):
-            bad = int(torch.argmax(bad_mask.to(torch.int8)))
-            raise ValueError(f"slots[{bad}] = {int(sl[bad])} is outside the cache (0 <= slot < {nb * bs})")
-        if T > 1 and torch.unique(sl).numel() != T:
-            raise ValueError("slots must be distinct: two tokens would write the same cache slot")
+    _check_slots(sl, nb * bs)
     if positions is None and tables is None:
         raise ValueError("rope_paged_cache_write needs positions (or tables): slots are not positions")
     cos, sin = _tables(spec, positions, tables, (T,), k.device)
@@ -329,8 +364,7 @@ def _kernel(
 ) -> None:
     """The C kernel; all tensors seen as [B, S, H, D] (bshd views), caches as [B or blocks, rows, H, D]."""
     if cos.shape != sin.shape:
-        shape = torch.broadcast_shapes(cos.shape, sin.shape)
-        cos, sin = cos.expand(shape), sin.expand(shape)
+        cos, sin = torch.broadcast_tensors(cos, sin)
     if cos.stride(-1) != 1 or sin.stride() != cos.stride():
         cos, sin = cos.contiguous(), sin.contiguous()
     B, S = bs_shape

@@ -51,7 +51,9 @@ def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
         if cpu_build.load() is None:
             pytest.skip("no C compiler: the kernel path is unavailable")
     else:
-        monkeypatch.setattr(kv_cache, "_use_kernel", lambda *xs: False)
+        monkeypatch.setattr(
+            cpu_build, "load", lambda: None
+        )  # as without a compiler: checks and writes in torch
     return str(request.param)
 
 
@@ -198,7 +200,7 @@ def _contig() -> tuple[torch.Tensor, ...]:
         ({"positions": torch.zeros(2, 4, dtype=torch.long)}, "broadcast"),
     ],
 )
-def test_contiguous_validation_writes_nothing(change: dict[str, object], match: str) -> None:
+def test_contiguous_validation_writes_nothing(backend: str, change: dict[str, object], match: str) -> None:
     k, v, ck, cv = _contig()
     kw: dict[str, object] = {"k": k, "v": v, "cache_k": ck, "cache_v": cv, "offsets": torch.tensor([0, 3])}
     kw.update(change)
@@ -239,6 +241,17 @@ def test_paged_validation_writes_nothing(
     ck, cv = torch.zeros(5, 4, 2, 8), torch.zeros(5, 4, 2, 8)
     with pytest.raises(ValueError, match=match):
         rope_paged_cache_write(k, v, ck, cv, slots, RopeSpec(8, base=BASE), positions=positions)
+    assert not ck.any() and not cv.any()
+
+
+def test_repeated_slot_among_many_tokens(backend: str) -> None:
+    T = 200  # above the quadratic check: the sorted one
+    slots = torch.randperm(800, generator=torch.Generator().manual_seed(5))[:T]
+    slots[150] = slots[17]
+    k = torch.randn(T, 1, 8)
+    ck, cv = torch.zeros(100, 8, 1, 8), torch.zeros(100, 8, 1, 8)
+    with pytest.raises(ValueError, match="distinct"):
+        rope_paged_cache_write(k, k, ck, cv, slots, RopeSpec(8, base=BASE), positions=torch.arange(T))
     assert not ck.any() and not cv.any()
 
 
