@@ -10,7 +10,7 @@ Also timed: the fused write computing its tables from positions, the fused write
 unfused composition (ropekit rotates k out of place, then the write).
 
 Shapes: Hkv 8, D 128, Hq 32 (for q), cache S_max 4096 rows per sequence / 256 blocks of 16; prefill 1 x 2048
-tokens at offset 1024; decode 32 sequences x 1 token at random offsets / random distinct slots.
+tokens (512 with --quick) at offset 1024; decode 32 sequences x 1 token at random offsets / random distinct slots.
 """
 
 from __future__ import annotations
@@ -29,12 +29,13 @@ from ropekit.spec import RopeSpec
 __all__ = ["run_cache_write"]
 
 _HK, _HQ, _D, _SMAX, _BS = 8, 32, 128, 4096, 16
+_PREFILL, _QUICK_PREFILL = 2048, 512
 _DT = {torch.float32: "fp32", torch.bfloat16: "bf16"}
 
 
-def _contiguous(kind: str, dt: torch.dtype) -> tuple[dict[str, Callable[[], Any]], list[str]]:
+def _contiguous(kind: str, dt: torch.dtype, prefill: int) -> tuple[dict[str, Callable[[], Any]], list[str]]:
     g = torch.Generator().manual_seed(0)
-    B, S = (1, 2048) if kind == "prefill" else (32, 1)
+    B, S = (1, prefill) if kind == "prefill" else (32, 1)
     spec = RopeSpec(_D, base=500_000.0)
     k, v = (
         torch.randn(B, _HK, S, _D, generator=g).to(dt) for _ in range(2)
@@ -42,7 +43,9 @@ def _contiguous(kind: str, dt: torch.dtype) -> tuple[dict[str, Callable[[], Any]
     q = torch.randn(B, _HQ, S, _D, generator=g).to(dt)
     ck, cv = torch.zeros(B, _HK, _SMAX, _D, dtype=dt), torch.zeros(B, _HK, _SMAX, _D, dtype=dt)
     off = (
-        torch.full((B,), 1024) if kind == "prefill" else torch.randint(0, _SMAX - 1, (B,), generator=g)
+        torch.full((B,), min(1024, _SMAX - S))
+        if kind == "prefill"
+        else torch.randint(0, _SMAX - 1, (B,), generator=g)
     ).long()
     pos = off[:, None] + torch.arange(S)
     cos, sin = rope_tables(pos, spec)
@@ -82,9 +85,9 @@ def _contiguous(kind: str, dt: torch.dtype) -> tuple[dict[str, Callable[[], Any]
     return impls, floors
 
 
-def _paged(kind: str, dt: torch.dtype) -> tuple[dict[str, Callable[[], Any]], list[str]]:
+def _paged(kind: str, dt: torch.dtype, prefill: int) -> tuple[dict[str, Callable[[], Any]], list[str]]:
     g = torch.Generator().manual_seed(1)
-    T = 2048 if kind == "prefill" else 32
+    T = prefill if kind == "prefill" else 32
     nb = _SMAX // _BS
     spec = RopeSpec(_D, base=500_000.0)
     k, v = (torch.randn(T, _HK, _D, generator=g).to(dt) for _ in range(2))
@@ -125,7 +128,7 @@ def run_cache_write(
                     name = f"cache write {layout} {kind} {_DT[dt]}"
                     if progress:
                         progress(f"cache-write: {name}")
-                    impls, floors = build(kind, dt)
+                    impls, floors = build(kind, dt, _QUICK_PREFILL if quick else _PREFILL)
                     samples = measure(impls, inner=200 if kind == "decode" else 1, rounds=rounds)
                     out += rows(name, "cache-write", samples, floors)
     return out

@@ -137,10 +137,10 @@ def _no_overlap(outs: list[tuple[str, torch.Tensor]], ins: list[tuple[str, torch
     Inputs may share a buffer (k and v as views of a packed qkv tensor), and the two caches may be halves of one
     tensor (``kv[0]``, ``kv[1]``): only the memory spans of distinct tensors are compared.
     """
-    pairs = [(a, b) for i, a in enumerate(outs) for b in outs[i + 1 :]] + [(a, b) for a in outs for b in ins]
-    for (na, a), (nb, b) in pairs:
-        if a.numel() and b.numel():
-            (a0, a1), (b0, b1) = _byte_range(a), _byte_range(b)
+    spans = [(n, _byte_range(x)) for n, x in outs + ins if x.numel()]
+    n_out = sum(1 for _, x in outs if x.numel())
+    for i, (na, (a0, a1)) in enumerate(spans[:n_out]):
+        for nb, (b0, b1) in spans[i + 1 :]:
             if a0 < b1 and b0 < a1:
                 raise ValueError(f"{na} and {nb} overlap in memory; the cache write needs separate buffers")
 
