@@ -265,3 +265,27 @@ def test_large_positions_use_exact_tables() -> None:
     ang = math.fmod(p * 1.0, 2 * math.pi)
     x0, y0 = float(k[0, 0, 0, 0]), float(k[0, 0, 0, 4])
     assert abs(float(ck[0, 0, 1, 0]) - (x0 * math.cos(ang) - y0 * math.sin(ang))) < 1e-5
+
+
+def test_multithreaded_write_matches_the_torch_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Enough tokens for the kernel's thread pool (torch's thread setting permitting): same bits as PyTorch."""
+    if cpu_build.load() is None:
+        pytest.skip("no C compiler")
+    g = torch.Generator().manual_seed(6)
+    T, NB, BS = 601, 80, 16
+    spec = RopeSpec(128, base=BASE, layout="interleaved")
+    k, v, q = (torch.randn(T, h, 128, generator=g).to(torch.bfloat16) for h in (8, 8, 16))
+    slots = torch.randperm(NB * BS, generator=g)[:T]
+    pos = torch.randint(0, 50_000, (T,), generator=g)
+    outs = []
+    for use in (True, False):
+        monkeypatch.setattr(kv_cache, "_use_kernel", lambda *xs, u=use: u)
+        ck, cv = (
+            torch.zeros(NB, BS, 8, 128, dtype=torch.bfloat16),
+            torch.zeros(NB, BS, 8, 128, dtype=torch.bfloat16),
+        )
+        qq = q.clone()
+        rope_paged_cache_write(k, v, ck, cv, slots, spec, positions=pos, q=qq)
+        outs.append((ck, cv, qq))
+    for a, b in zip(*outs, strict=True):
+        assert torch.equal(a, b)
