@@ -12,7 +12,9 @@ Modes (``--mode``, repeatable; default "matrix"):
 * ``decode``: only the decode cases of the matrix (32 sequences x 1 token);
 * ``busy``: the kernel beside processes loading every core, idle and busy in one run (:mod:`ropekit.bench.busy`);
 * ``cache-write``: RoPE fused with the KV-cache write, contiguous and paged (:mod:`ropekit.bench.cache_write`);
-* ``all``: all of the above.
+* ``all``: matrix, busy and cache-write;
+* ``extension``: a torch C++ extension against the ctypes kernel, with cold starts (:mod:`ropekit.bench.extension`;
+  compiles for minutes the first time, so not in ``all``).
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ from typing import Any
 
 from ropekit.bench.matrix import Case, cases, machine_info, run_cases
 
-__all__ = ["MODES", "Case", "cases", "format_table", "machine_info", "run"]
+__all__ = ["ALL", "MODES", "Case", "cases", "format_table", "machine_info", "run"]
 
-MODES = ("matrix", "decode", "busy", "cache-write")
+MODES = ("matrix", "decode", "busy", "cache-write", "extension")
+ALL = ("matrix", "busy", "cache-write")
 
 
 def run(
@@ -37,12 +40,14 @@ def run(
     modes: Sequence[str] = ("matrix",),
 ) -> dict[str, Any]:
     """Run the modes; returns {"machine": {...}, "results": [row, ...]} (rows: :func:`ropekit.bench.timing.rows`)."""
-    selected = list(MODES) if "all" in modes else list(dict.fromkeys(modes))
+    selected = list(dict.fromkeys(m for mode in modes for m in (ALL if mode == "all" else (mode,))))
     for m in selected:
         if m not in MODES:
             raise ValueError(f"bench mode must be one of {', '.join(MODES)} or all, got {m!r}")
-    if device != "cpu" and any(m in ("busy", "cache-write") for m in selected):
-        raise ValueError(f"bench modes busy and cache-write run on the CPU only, got device {device!r}")
+    if device != "cpu" and any(m in ("busy", "cache-write", "extension") for m in selected):
+        raise ValueError(
+            f"bench modes busy, cache-write and extension run on the CPU only, got device {device!r}"
+        )
     rounds = rounds or (5 if quick else 15)
     results: list[dict[str, Any]] = []
     if "matrix" in selected:
@@ -54,6 +59,12 @@ def run(
         results += run_cases(
             decode, mode="decode", device=device, quick=quick, rounds=rounds, progress=progress
         )
+    cold: dict[str, Any] | None = None
+    if "extension" in selected:  # before busy, which then times the extension op too
+        from ropekit.bench.extension import run_extension
+
+        ext_rows, cold = run_extension(quick=quick, rounds=rounds, progress=progress)
+        results += ext_rows
     if "busy" in selected:
         from ropekit.bench.busy import run_busy
 
@@ -62,7 +73,10 @@ def run(
         from ropekit.bench.cache_write import run_cache_write
 
         results += run_cache_write(quick=quick, rounds=rounds, progress=progress)
-    return {"machine": machine_info(device), "modes": selected, "results": results}
+    report: dict[str, Any] = {"machine": machine_info(device), "modes": selected, "results": results}
+    if cold is not None:
+        report["cold_start"] = cold
+    return report
 
 
 def format_table(report: dict[str, Any]) -> str:

@@ -6,6 +6,7 @@ implementations twice in one run: idle, then beside ``os.cpu_count()`` spawned p
 loop (started by this process, ended by their pids when the timing is done). Floors are torch's own elementwise
 ops (``copy_``, ``mul_(1.0)``) over the same q and k, so the ratio to the floor is the ratio to torch's own op
 under the same contention (target: <= 1.5x). Idle and busy rows share names but for the "idle"/"busy" prefix.
+When ``--mode extension`` ran first in the same run, its torch C++ extension op is timed here too.
 """
 
 from __future__ import annotations
@@ -47,6 +48,23 @@ def busy_machine(processes: int | None = None) -> Iterator[int]:
             p.wait()
 
 
+def _extension_op(case: Case) -> Callable[[], Any] | None:
+    """The torch C++ extension op of ``--mode extension`` on the same shapes, when that mode has loaded it."""
+    try:
+        op = torch.ops.ropekit_ext.rope_
+    except (AttributeError, RuntimeError):
+        return None
+    from ropekit.phases import rope_tables
+    from ropekit.spec import RopeSpec
+
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(case.batch, case.q_heads, case.seq, case.head_dim, generator=g)
+    k = torch.randn(case.batch, case.kv_heads, case.seq, case.head_dim, generator=g)
+    pos = torch.arange(case.seq) if case.kind == "prefill" else torch.randint(0, 100_000, (case.batch, 1))
+    cos, sin = rope_tables(pos, RopeSpec(case.head_dim, base=500_000.0))
+    return lambda: (op(q, cos, sin, case.head_dim), op(k, cos, sin, case.head_dim))
+
+
 def run_busy(*, quick: bool, rounds: int, progress: Callable[[str], None] | None) -> list[dict[str, Any]]:
     """Rows for prefill and decode (float32, half), idle then busy, in one run."""
     cases = [Case("prefill", torch.float32, "half"), Case("decode", torch.float32, "half", batch=32, seq=1)]
@@ -55,6 +73,9 @@ def run_busy(*, quick: bool, rounds: int, progress: Callable[[str], None] | None
         for state in ("idle", "busy"):
             for case in cases:
                 impls = {k: f for k, f in _impls(case, "cpu", quick=True).items() if k in _KEEP}
+                ext = _extension_op(case)
+                if ext is not None:
+                    impls["torch C++ extension op (at::parallel_for)"] = ext
                 if progress:
                     progress(f"busy: {state} {case.name}")
                 inner = 200 if case.kind == "decode" else 1
