@@ -52,7 +52,6 @@ def _contiguous(kind: str, dt: torch.dtype, prefill: int) -> tuple[dict[str, Cal
     bi, si = torch.arange(B)[:, None].expand(B, S), pos
     ckv, cvv = ck.transpose(1, 2), cv.transpose(1, 2)  # [B, S_max, H, D] views for advanced indexing
     vv_ = v.transpose(1, 2)
-    kw = {"format": "bhsd", "cache_format": "bhsd"}
 
     def write_indexed(kk: torch.Tensor) -> None:
         ckv[bi, si] = kk.transpose(1, 2)
@@ -73,11 +72,13 @@ def _contiguous(kind: str, dt: torch.dtype, prefill: int) -> tuple[dict[str, Cal
         )
         floors += ["floor: copy_ into the slice", "floor: index_copy_ (HF static cache)"]
     impls["ropekit fused (tables given)"] = lambda: rope_cache_write(
-        k, v, ck, cv, off, spec, tables=(cos, sin), **kw
+        k, v, ck, cv, off, spec, tables=(cos, sin), format="bhsd", cache_format="bhsd"
     )
-    impls["ropekit fused (positions)"] = lambda: rope_cache_write(k, v, ck, cv, off, spec, **kw)
+    impls["ropekit fused (positions)"] = lambda: rope_cache_write(
+        k, v, ck, cv, off, spec, format="bhsd", cache_format="bhsd"
+    )
     impls["ropekit fused + q (tables given)"] = lambda: rope_cache_write(
-        k, v, ck, cv, off, spec, tables=(cos, sin), q=q, **kw
+        k, v, ck, cv, off, spec, tables=(cos, sin), q=q, format="bhsd", cache_format="bhsd"
     )
     impls["unfused: ropekit rotate k, then index_put"] = lambda: write_indexed(
         apply_rope_tables(k, None, cos, sin, spec, format="bhsd")[0]

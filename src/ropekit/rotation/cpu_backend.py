@@ -32,6 +32,7 @@ def threads_for(elements: int) -> int:
     """Threads for a call touching this many elements: one per GRAIN, at most ``torch.get_num_threads()``."""
     return max(1, min(torch.get_num_threads(), elements // GRAIN))
 
+
 _FN = {
     torch.float32: "ropekit_rope_f32",
     torch.bfloat16: "ropekit_rope_bf16",
@@ -138,14 +139,16 @@ class Plan:
             vals += _geometry(x, x if inplace else torch.empty_like(x), cos)
         self.args = (ctypes.c_int64 * len(vals))(*vals)
 
-    def __call__(self, q, k, cos, sin):
+    def __call__(
+        self, q: torch.Tensor, k: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         qo = q if self.inplace else torch.empty_like(q)
         ko = k if (self.inplace or k is None) else torch.empty_like(k)
         self.args[5] = threads_for(self.work)  # follows torch.set_num_threads between calls
         self.fn(
             qo.data_ptr(),
             q.data_ptr(),
-            0 if k is None else ko.data_ptr(),
+            0 if ko is None else ko.data_ptr(),
             0 if k is None else k.data_ptr(),
             cos.data_ptr(),
             sin.data_ptr(),

@@ -363,8 +363,11 @@ def _kernel(
     spec: RopeSpec,
 ) -> None:
     """The C kernel; all tensors seen as [B, S, H, D] (bshd views), caches as [B or blocks, rows, H, D]."""
-    if cos.shape != sin.shape:
-        cos, sin = torch.broadcast_tensors(cos, sin)
+    if cos.shape != sin.shape:  # one geometry for both: broadcast them against each other
+        nd = max(cos.dim(), sin.dim())
+        a, b = [1] * (nd - cos.dim()) + list(cos.shape), [1] * (nd - sin.dim()) + list(sin.shape)
+        shape = [max(x, y) for x, y in zip(a, b, strict=True)]
+        cos, sin = cos.expand(shape), sin.expand(shape)
     if cos.stride(-1) != 1 or sin.stride() != cos.stride():
         cos, sin = cos.contiguous(), sin.contiguous()
     B, S = bs_shape
@@ -386,7 +389,7 @@ def _kernel(
         *_table_strides(cos),
         mode,
         block_size,
-        spec.rotary_dim,
+        int(spec.rotary_dim or spec.head_dim),
         int(spec.layout == "interleaved"),
         cpu_backend.threads_for(2 * work),
     ]
@@ -416,7 +419,7 @@ def _torch_write(
     spec: RopeSpec,
 ) -> None:
     """The PyTorch path: rotate k out of place, then index_put k and v; q in place. Same float32 operations."""
-    r, layout = int(spec.rotary_dim), str(spec.layout)
+    r, layout = int(spec.rotary_dim or spec.head_dim), str(spec.layout)
     c, s = cos.unsqueeze(-2), sin.unsqueeze(-2)  # broadcast over heads: [.., 1, n]
     krot = torch_backend.raw_rotate(kb, c, s, r, layout, inplace=False)
     ckb[where] = krot

@@ -289,3 +289,15 @@ def test_multithreaded_write_matches_the_torch_path(monkeypatch: pytest.MonkeyPa
         outs.append((ck, cv, qq))
     for a, b in zip(*outs, strict=True):
         assert torch.equal(a, b)
+
+
+def test_tables_of_different_broadcast_shapes(backend: str) -> None:
+    """cos shared by the batch ([S, n]) and sin per sequence ([B, S, n]): both broadcast, as documented."""
+    spec = RopeSpec(16, base=BASE)
+    g = torch.Generator().manual_seed(7)
+    k, v = torch.randn(2, 3, 1, 16, generator=g), torch.randn(2, 3, 1, 16, generator=g)
+    cos, sin = rope_tables(torch.arange(3), spec)
+    ck, cv = torch.zeros(2, 1, 5, 16), torch.zeros(2, 1, 5, 16)
+    rope_cache_write(k, v, ck, cv, 1, spec, tables=(cos, sin.expand(2, 3, 8)))
+    ref = rope64(k, torch.arange(3).expand(2, 3), 16, "half")
+    close(ck.transpose(1, 2)[:, 1:4], ref)
