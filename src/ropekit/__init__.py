@@ -6,6 +6,7 @@ Public API:
     apply_rope          rotate q and k at explicit per-token positions
     apply_rope_tables   the same with precomputed cos/sin tables
     apply_rope_varlen   packed documents ("thd") from cu_seqlens
+    rope_cache_write    RoPE fused with the KV-cache write (per-sequence caches); rope_paged_cache_write (paged)
     rope_tables         exact cos/sin tables for any positions
     Rotary              nn.Module for attention layers (float32 cache immune to dtype casts)
     positions_*         builders of explicit position ids (offsets, padding masks, packed documents)
@@ -17,6 +18,7 @@ from ropekit.module import Rotary
 from ropekit.phases import rope_tables
 from ropekit.positions import positions_from_cu_seqlens, positions_from_mask, positions_with_offset
 from ropekit.rotation.apply import apply_rope, apply_rope_tables
+from ropekit.rotation.kv_cache import rope_cache_write, rope_paged_cache_write
 from ropekit.rotation.varlen import apply_rope_varlen
 from ropekit.spec import RopeSpec
 
@@ -32,6 +34,8 @@ __all__ = [
     "positions_from_cu_seqlens",
     "positions_from_mask",
     "positions_with_offset",
+    "rope_cache_write",
+    "rope_paged_cache_write",
     "rope_tables",
     "scaling",
 ]

@@ -1,13 +1,30 @@
-"""ropekit bench: the matrix runs, the JSON has the documented schema, the table names every implementation."""
+"""ropekit bench: the modes run, the JSON has the documented schema, the table names every implementation."""
 
 from __future__ import annotations
 
 import io
 import json
+import os
 from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+
+import pytest
 
 from ropekit import bench
+from ropekit.bench.busy import busy_machine
 from ropekit.cli.main import main
+
+ROW_KEYS = {"mode", "case", "impl", "median_ms", "q25_ms", "q75_ms", "ratio_to_floor", "is_floor"}
+
+
+def _check_rows(rows: list[dict[str, object]]) -> None:
+    by_case: dict[object, list[dict[str, object]]] = {}
+    for r in rows:
+        assert ROW_KEYS <= set(r) and float(r["median_ms"]) > 0  # type: ignore[arg-type]
+        assert float(r["q25_ms"]) <= float(r["median_ms"]) <= float(r["q75_ms"])  # type: ignore[arg-type]
+        by_case.setdefault((r["mode"], r["case"]), []).append(r)
+    for rs in by_case.values():  # the fastest floor of every block is the unit of its ratios
+        assert min(float(r["ratio_to_floor"]) for r in rs if r["is_floor"]) == 1.0  # type: ignore[arg-type]
 
 
 def test_quick_matrix_json_schema() -> None:
@@ -15,16 +32,56 @@ def test_quick_matrix_json_schema() -> None:
     with redirect_stdout(out), redirect_stderr(err):
         assert main(["bench", "--quick", "--json", "--rounds", "1"]) == 0
     rep = json.loads(out.getvalue())
-    assert set(rep) == {"machine", "results"}
+    assert set(rep) == {"machine", "modes", "results"} and rep["modes"] == ["matrix"]
     assert {"torch", "cpu_count", "torch_threads", "cpu_kernel"} <= set(rep["machine"])
     cases = {r["case"] for r in rep["results"]}
     assert cases == {c.name for c in bench.cases(quick=True)}
-    for r in rep["results"]:
-        assert {"case", "impl", "median_ms", "ratio_to_floor"} <= set(r) and r["median_ms"] > 0
+    _check_rows(rep["results"])
     impls = {r["impl"] for r in rep["results"]}
     assert {"floor: copy_", "floor: mul_(1.0)", "ropekit (tables given)", "transformers eager"} <= impls
-    floors = [r for r in rep["results"] if r["impl"].startswith("floor")]
-    assert min(r["ratio_to_floor"] for r in floors) == 1.0
+
+
+def test_cache_write_mode_writes_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ropekit.bench import cache_write
+
+    monkeypatch.setattr(cache_write, "_SMAX", 256)  # small shapes: this checks the mode, not the machine
+    monkeypatch.setattr(cache_write, "_QUICK_PREFILL", 64)
+    out, err = io.StringIO(), io.StringIO()
+    path = tmp_path / "bench.json"
+    with redirect_stdout(out), redirect_stderr(err):
+        assert main(["bench", "--quick", "--mode", "cache-write", "--rounds", "1", "--out", str(path)]) == 0
+    rep = json.loads(path.read_text())
+    assert rep["modes"] == ["cache-write"]
+    _check_rows(rep["results"])
+    cases = {r["case"] for r in rep["results"]}
+    assert {
+        f"cache write {lay} {kind} fp32" for lay in ("contiguous", "paged") for kind in ("prefill", "decode")
+    } == cases
+    fused = {r["case"] for r in rep["results"] if r["impl"] == "ropekit fused (tables given)"}
+    assert fused == cases
+    assert "[cache-write] cache write paged decode fp32" in out.getvalue()
+
+
+def test_unknown_mode_refused() -> None:
+    with pytest.raises(ValueError, match="bench mode must be one of"):
+        bench.run(modes=["nope"])
+
+
+@pytest.mark.skipif(not Path("/proc").exists(), reason="needs /proc to see the processes")
+def test_busy_machine_starts_and_ends_its_processes() -> None:
+    with busy_machine(2) as n:
+        assert n == 2
+        kids = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _parent(p) == os.getpid()]
+        assert len(kids) >= 2
+    assert not [p for p in Path("/proc").iterdir() if p.name.isdigit() and _parent(p) == os.getpid()]
+
+
+def _parent(p: Path) -> int:
+    try:
+        stat = (p / "stat").read_text()
+    except OSError:
+        return -1
+    return int(stat.rsplit(")", 1)[1].split()[1])
 
 
 def test_table_format() -> None:
@@ -42,12 +99,14 @@ def test_table_format() -> None:
                 "case": "prefill fp32 half",
                 "impl": "ropekit (tables given)",
                 "median_ms": 2.5,
+                "q25_ms": 2.2,
+                "q75_ms": 3.0,
                 "ratio_to_floor": 1.25,
             },
         ],
     }
     text = bench.format_table(rep)
-    assert "prefill fp32 half" in text and "40.0x" in text and "1.25" in text
+    assert "prefill fp32 half" in text and "40.0x" in text and "1.25" in text and "1.10-1.50" in text
 
 
 def test_full_matrix_covers_layouts_dtypes_partial_and_decode() -> None:

@@ -68,6 +68,14 @@ def build_parser() -> argparse.ArgumentParser:
     pb.add_argument(
         "--rounds", type=int, default=None, help="timed rounds per implementation (default 5 quick, 15 full)"
     )
+    pb.add_argument(
+        "--mode",
+        action="append",
+        default=None,
+        choices=("matrix", "decode", "busy", "cache-write", "extension", "all"),
+        help="what to time (repeatable; default matrix): see docs/kernels.md",
+    )
+    pb.add_argument("--out", default=None, help="also write the JSON report to this file")
     pl = sub.add_parser(
         "lab", help="train small models with each positional encoding and test the seeds' claims"
     )
@@ -200,8 +208,14 @@ def _bench(args: argparse.Namespace) -> int:
         if not torch.cuda.is_available():
             raise ValueError("--device cuda: no CUDA device is available")
     progress = None if args.json else (lambda name: print(f"... {name}", file=sys.stderr, flush=True))
-    report = bench.run(quick=args.quick, device=args.device, rounds=args.rounds, progress=progress)
+    modes = args.mode or ["matrix"]
+    report = bench.run(
+        quick=args.quick, device=args.device, rounds=args.rounds, progress=progress, modes=modes
+    )
     print(json.dumps(report, indent=2) if args.json else bench.format_table(report))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(report, f, indent=2)
     return 0
 
 

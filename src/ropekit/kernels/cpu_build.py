@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: MIT
 """Build, cache and load ropekit's fused CPU kernel (``rope_cpu.c``).
 
-The kernel is plain C with OpenMP and no torch headers, so it compiles in about a second with the system C
-compiler (``$CC``, else ``cc``/``gcc``/``clang``) and is loaded with ctypes. The shared library is cached in
+The kernel is plain C with its own small pthread pool and no torch headers, so it compiles in about a second with
+the system C compiler (``$CC``, else ``cc``/``gcc``/``clang``) and is loaded with ctypes (a torch C++ extension
+was measured against it and not kept: ``docs/kernels.md``). The shared library is cached in
 ``$ROPEKIT_CACHE_DIR`` (default ``~/.cache/ropekit``) under a key made of the source, the compiler, the flags and
 the CPU model, and installed atomically, so concurrent processes share one build. Without a compiler, or with
 ``ROPEKIT_DISABLE_CPU_KERNEL=1``, :func:`load` returns None and ropekit uses its pure-PyTorch backend, saying so
@@ -24,10 +25,12 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["SOURCE", "BuildInfo", "build_info", "load"]
+__all__ = ["ABI_VERSION", "HEADERS", "SOURCE", "BuildInfo", "build_info", "load"]
 
 SOURCE = Path(__file__).with_name("rope_cpu.c")
-_FLAGS = ["-O3", "-fopenmp", "-shared", "-fPIC", "-std=c11", "-Wno-aggressive-loop-optimizations"]
+HEADERS = (Path(__file__).with_name("rope_cache_write.h"),)  # included by SOURCE
+ABI_VERSION = 3
+_FLAGS = ["-O3", "-pthread", "-shared", "-fPIC", "-std=c11", "-Wno-aggressive-loop-optimizations"]
 _lock = threading.Lock()
 _state: dict[str, object] = {}
 
@@ -120,7 +123,15 @@ def _setup(lib: ctypes.CDLL) -> ctypes.CDLL:
         fn = getattr(lib, name)
         fn.argtypes = [P, P, P, P, P, P, P]
         fn.restype = None
-    if lib.ropekit_abi_version() != 2:
+    for name in ("ropekit_cache_write_f32", "ropekit_cache_write_bf16", "ropekit_cache_write_f16"):
+        fn = getattr(lib, name)
+        fn.argtypes = [P, P, P, P, P, P, P, P, P]
+        fn.restype = None
+    lib.ropekit_check_slots.argtypes = [P, I, I, P]
+    lib.ropekit_check_slots.restype = ctypes.c_int
+    lib.ropekit_check_offsets.argtypes = [P, I, I, I, P]
+    lib.ropekit_check_offsets.restype = ctypes.c_int
+    if lib.ropekit_abi_version() != ABI_VERSION:
         raise RuntimeError("stale kernel library (ABI mismatch)")
     return lib
 
@@ -144,6 +155,7 @@ def load() -> ctypes.CDLL | None:
                     "\n".join(
                         [
                             SOURCE.read_text(),
+                            *(h.read_text() for h in HEADERS),
                             cc,
                             version,
                             " ".join(_FLAGS + _arch_flags(cc)),

@@ -1,11 +1,21 @@
 // SPDX-License-Identifier: MIT
-// ropekit's fused CPU RoPE kernel: each element of x is read once and written once (in place: only the first
+// ropekit's fused CPU RoPE kernels: each element of x is read once and written once (in place: only the first
 // rotary_dim channels of each row are touched). Storage float32 / bfloat16 / float16, math in float32,
 // float32 cos/sin tables. x is seen as [d0, d1, d2, D] with arbitrary element strides for the three leading dims
 // and unit stride on the last; the table as [d0, d1, d2, n] with stride 0 on broadcast dims.
 // Band i rotates the pair (x_i, y_i): x' = x c - y s, y' = y c + x s, where (x_i, y_i) = (i, i + n) in the half
 // layout and (2i, 2i + 1) in the interleaved one. sign = -1 rotates by the negative angle (the backward).
+// ropekit_cache_write_*: RoPE fused with the KV-cache write (rotate k into the cache, copy v, rotate q in place).
+//
+// Threads: a small pool of its own (pthreads), sized by the caller (never more than torch.get_num_threads()).
+// Work is split into chunks of rows that threads *claim*; the caller works too and, at the end, waits only for
+// chunks already claimed. A worker that is descheduled (a busy machine) therefore never holds the call up: its
+// share is done by whoever runs. Idle workers sleep on a condition variable (no spinning).
 #include <stdint.h>
+#include <stdlib.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <string.h>
 #if defined(__F16C__) && defined(__AVX__)
 #include <immintrin.h>
@@ -98,24 +108,120 @@ static inline void half_f16c(f16 *o, const f16 *x, const f32 *R c, const f32 *R 
 }
 #endif
 
-// The loop nest over rows; BODY sees orow, xr, c, s. Parallel over the two outer dims.
+// ---------------------------------------------------------------------------------------------------------
+// The thread pool.
+typedef void (*range_fn)(const void *ctx, int64_t begin, int64_t end);
+#define MAX_WORKERS 63
+static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;   // guards the job description and gen
+static pthread_cond_t pool_cv = PTHREAD_COND_INITIALIZER;
+static pthread_mutex_t run_mu = PTHREAD_MUTEX_INITIALIZER;    // one parallel job at a time
+static int n_workers = 0, want = 0;
+static uint32_t gen = 1;
+static range_fn job_fn;
+static const void *job_ctx;
+static int64_t job_n, job_chunk, job_nchunks;
+static _Atomic uint64_t ticket;  // (generation << 32) | next unclaimed chunk
+static _Atomic int64_t done;     // chunks finished in the current generation
+
+static void claim_and_run(uint32_t g, range_fn fn, const void *ctx, int64_t n, int64_t chunk, int64_t nchunks) {
+    for (;;) {
+        uint64_t t = atomic_load_explicit(&ticket, memory_order_acquire);
+        if ((uint32_t)(t >> 32) != g || (int64_t)(t & 0xffffffffu) >= nchunks) return;
+        if (!atomic_compare_exchange_weak(&ticket, &t, t + 1)) continue;
+        const int64_t b = (int64_t)(t & 0xffffffffu) * chunk, e = b + chunk < n ? b + chunk : n;
+        fn(ctx, b, e);
+        atomic_fetch_add_explicit(&done, 1, memory_order_release);
+    }
+}
+
+static void *worker_main(void *arg) {
+    const int id = (int)(intptr_t)arg;
+    uint32_t seen = 0;
+    pthread_mutex_lock(&pool_mu);
+    for (;;) {
+        while (gen == seen) pthread_cond_wait(&pool_cv, &pool_mu);
+        seen = gen;
+        if (id >= want) continue;
+        const range_fn fn = job_fn;
+        const void *ctx = job_ctx;
+        const int64_t n = job_n, chunk = job_chunk, nchunks = job_nchunks;
+        pthread_mutex_unlock(&pool_mu);
+        claim_and_run(seen, fn, ctx, n, chunk, nchunks);  // a stale generation claims nothing
+        pthread_mutex_lock(&pool_mu);
+    }
+    return NULL;
+}
+
+static void after_fork_child(void) {  // the child has no workers; the caller then does all the work itself
+    pthread_mutex_init(&pool_mu, NULL);
+    pthread_cond_init(&pool_cv, NULL);
+    pthread_mutex_init(&run_mu, NULL);
+    n_workers = 0;
+}
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static void register_atfork(void) { pthread_atfork(NULL, NULL, after_fork_child); }
+
+// Run fn over [0, n) in chunks with up to nthreads threads (the caller included).
+static void parallel_range(range_fn fn, const void *ctx, int64_t n, int64_t chunk, int nthreads) {
+    if (chunk < 1) chunk = 1;
+    const int64_t nchunks = (n + chunk - 1) / chunk;
+    if (nthreads <= 1 || nchunks <= 1 || nchunks > 0xffffffffLL) { fn(ctx, 0, n); return; }
+    if (nthreads > MAX_WORKERS + 1) nthreads = MAX_WORKERS + 1;
+    if (nthreads > nchunks) nthreads = (int)nchunks;
+    pthread_once(&atfork_once, register_atfork);
+    pthread_mutex_lock(&run_mu);
+    pthread_mutex_lock(&pool_mu);
+    while (n_workers < nthreads - 1) {
+        pthread_t th;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        const int rc = pthread_create(&th, &attr, worker_main, (void *)(intptr_t)n_workers);
+        pthread_attr_destroy(&attr);
+        if (rc != 0) break;  // fewer workers: the caller does more itself
+        ++n_workers;
+    }
+    const uint32_t g = ++gen == 0 ? ++gen : gen;
+    want = nthreads - 1;
+    job_fn = fn; job_ctx = ctx; job_n = n; job_chunk = chunk; job_nchunks = nchunks;
+    atomic_store(&done, 0);
+    atomic_store_explicit(&ticket, (uint64_t)g << 32, memory_order_release);
+    pthread_cond_broadcast(&pool_cv);
+    pthread_mutex_unlock(&pool_mu);
+    claim_and_run(g, fn, ctx, n, chunk, nchunks);
+    for (int spins = 0; atomic_load_explicit(&done, memory_order_acquire) < nchunks; ++spins) {
+        if (spins > 64) sched_yield();  // only claimed chunks are left: they finish soon
+    }
+    pthread_mutex_unlock(&run_mu);
+}
+
+// Chunks of about 16K elements: small enough that a stalled thread's share is taken over, large enough that
+// claiming (one atomic) costs nothing.
+static inline int64_t rows_per_chunk(int64_t D) { return D >= 16384 ? 1 : 16384 / (D > 0 ? D : 1); }
+
+// ---------------------------------------------------------------------------------------------------------
+// Rotation: a loop over the flattened rows [begin, end) of [d0, d1, d2]; BODY sees orow, xr, c, s.
+typedef struct {
+    void *out;
+    const void *x;
+    int64_t d1, d2, D, xs0, xs1, xs2, os0, os1, os2, ts0, ts1, ts2, r;
+    const f32 *cosp, *sinp;
+    int interleaved, sign;
+} rope_args;
+
 #define LOOPS(T, BODY)                                                                                         \
-    _Pragma("omp parallel for schedule(static) num_threads(nthreads) if (par)")                                \
-    for (int64_t ij = 0; ij < d0 * d1; ++ij) {                                                                 \
-        const int64_t i0 = ij / d1, i1 = ij % d1;                                                              \
-        const T *xb = x + i0 * xs0 + i1 * xs1;                                                                 \
-        T *ob = out + i0 * os0 + i1 * os1;                                                                     \
-        const int64_t tb = i0 * ts0 + i1 * ts1;                                                                \
-        for (int64_t i2 = 0; i2 < d2; ++i2) {                                                                  \
-            const T *xr = xb + i2 * xs2;                                                                       \
-            T *orow = ob + i2 * os2;                                                                           \
-            const f32 *c = cosp + tb + i2 * ts2, *s = sinp + tb + i2 * ts2;                                    \
-            (void)xr; (void)c; (void)s;                                                                        \
-            BODY;                                                                                              \
-        }                                                                                                      \
+    for (int64_t idx = begin; idx < end; ++idx) {                                                              \
+        const int64_t i2 = idx % d2, ij = idx / d2, i1 = ij % d1, i0 = ij / d1;                                \
+        const T *xr = x + i0 * xs0 + i1 * xs1 + i2 * xs2;                                                      \
+        T *orow = out + i0 * os0 + i1 * os1 + i2 * os2;                                                        \
+        const int64_t tb = i0 * ts0 + i1 * ts1 + i2 * ts2;                                                     \
+        const f32 *c = cosp + tb, *s = sinp + tb;                                                              \
+        (void)xr; (void)c; (void)s;                                                                            \
+        BODY;                                                                                                  \
+        if (!inplace && D > r) memcpy(orow + r, xr + r, (size_t)(D - r) * sizeof(T));                          \
     }
 
-// Every case gets its own loop nest, with the band count and the sign as compile-time constants where common,
+// Every case gets its own loop, with the band count and the sign as compile-time constants where common,
 // so that the row is fully unrolled and nothing is decided per row.
 #define CASES_N(T, CALL, SG)                                                                                   \
     switch (n) {                                                                                               \
@@ -127,23 +233,30 @@ static inline void half_f16c(f16 *o, const f16 *x, const f32 *R c, const f32 *R 
     }
 
 #define ROPE_KERNEL(NAME, T, HALF_INPLACE, HALF_COPY)                                                           \
+static void NAME##_range(const void *vctx, int64_t begin, int64_t end) {                                        \
+    const rope_args *a = (const rope_args *)vctx;                                                              \
+    T *out = (T *)a->out;                                                                                      \
+    const T *x = (const T *)a->x;                                                                              \
+    const int64_t d1 = a->d1, d2 = a->d2, D = a->D, xs0 = a->xs0, xs1 = a->xs1, xs2 = a->xs2;                  \
+    const int64_t os0 = a->os0, os1 = a->os1, os2 = a->os2, ts0 = a->ts0, ts1 = a->ts1, ts2 = a->ts2;          \
+    const int64_t r = a->r, n = r / 2;                                                                         \
+    const f32 *cosp = a->cosp, *sinp = a->sinp;                                                                \
+    const int inplace = ((const void *)out == (const void *)x);                                                \
+    if (a->interleaved) {                                                                                      \
+        if (a->sign > 0) { CASES_N(T, INTER_##T, 1.0f) } else { CASES_N(T, INTER_##T, -1.0f) }                 \
+    } else if (inplace) {                                                                                      \
+        if (a->sign > 0) { CASES_N(T, HALF_INPLACE, 1.0f) } else { CASES_N(T, HALF_INPLACE, -1.0f) }           \
+    } else {                                                                                                   \
+        if (a->sign > 0) { CASES_N(T, HALF_COPY, 1.0f) } else { CASES_N(T, HALF_COPY, -1.0f) }                 \
+    }                                                                                                          \
+}                                                                                                              \
 void NAME(T *out, const T *x, int64_t d0, int64_t d1, int64_t d2, int64_t D,                                    \
           int64_t xs0, int64_t xs1, int64_t xs2, int64_t os0, int64_t os1, int64_t os2,                         \
           const f32 *cosp, const f32 *sinp, int64_t ts0, int64_t ts1, int64_t ts2,                               \
           int64_t r, int interleaved, int sign, int nthreads) {                                                 \
-    const int64_t n = r / 2;                                                                                   \
-    const int inplace = (out == x);                                                                            \
-    const int par = nthreads > 1 && d0 * d1 * d2 * D >= 65536;                                                  \
-    if (interleaved) {                                                                                         \
-        if (sign > 0) { CASES_N(T, INTER_##T, 1.0f) } else { CASES_N(T, INTER_##T, -1.0f) }                    \
-    } else if (inplace) {                                                                                      \
-        if (sign > 0) { CASES_N(T, HALF_INPLACE, 1.0f) } else { CASES_N(T, HALF_INPLACE, -1.0f) }              \
-    } else {                                                                                                   \
-        if (sign > 0) { CASES_N(T, HALF_COPY, 1.0f) } else { CASES_N(T, HALF_COPY, -1.0f) }                    \
-    }                                                                                                          \
-    if (!inplace && D > r) {                                                                                   \
-        LOOPS(T, memcpy(orow + r, xr + r, (size_t)(D - r) * sizeof(T)));                                       \
-    }                                                                                                          \
+    const rope_args a = {out, x, d1, d2, D, xs0, xs1, xs2, os0, os1, os2, ts0, ts1, ts2, r, cosp, sinp,         \
+                         interleaved, sign};                                                                   \
+    parallel_range(NAME##_range, &a, d0 * d1 * d2, rows_per_chunk(D), nthreads);                               \
 }
 
 #define INTER_f32(N, SG) inter_row_f32(orow, inplace ? orow : xr, c, s, N, SG)
@@ -182,4 +295,6 @@ ROPE_PLAN(ropekit_plan_f32, f32, ropekit_rope_f32)
 ROPE_PLAN(ropekit_plan_bf16, bf16, ropekit_rope_bf16)
 ROPE_PLAN(ropekit_plan_f16, f16, ropekit_rope_f16)
 
-int ropekit_abi_version(void) { return 2; }
+#include "rope_cache_write.h"
+
+int ropekit_abi_version(void) { return 3; }

@@ -1,5 +1,10 @@
 # SPDX-License-Identifier: MIT
-"""Fused CPU backend: ropekit's C kernel (``ropekit/kernels/rope_cpu.c``), multi-threaded with OpenMP.
+"""Fused CPU backend: ropekit's C kernel (``ropekit/kernels/rope_cpu.c``), with its own small thread pool.
+
+Threads: :func:`threads_for` picks one thread per ``GRAIN`` elements of work, never more than
+``torch.get_num_threads()`` (so ``torch.set_num_threads`` governs ropekit too) and one thread for small work
+(decoding). Threads claim chunks of rows and the caller never waits for a thread that has not started, so a thread
+descheduled by another process on a busy machine costs at most its current chunk (``docs/kernels.md``).
 
 Each element of q and k is read and written once; in place, the pass-through channels of partial rotary are not
 touched; out of place they are copied in the same pass. Any strides on the leading dims are accepted as they are
@@ -18,7 +23,15 @@ from ropekit.kernels import cpu_build
 from ropekit.rotation import torch_backend
 from ropekit.rotation.autograd import make_rotate
 
-__all__ = ["Plan", "plannable", "raw_rotate", "rotate", "supports"]
+__all__ = ["GRAIN", "Plan", "plannable", "raw_rotate", "rotate", "supports", "threads_for"]
+
+GRAIN = 1 << 18  # elements per thread: below ~1 MB of float32 a second thread costs more than it saves
+
+
+def threads_for(elements: int) -> int:
+    """Threads for a call touching this many elements: one per GRAIN, at most ``torch.get_num_threads()``."""
+    return max(1, min(torch.get_num_threads(), elements // GRAIN))
+
 
 _FN = {
     torch.float32: "ropekit_rope_f32",
@@ -97,7 +110,7 @@ def raw_rotate(
         r,
         int(layout == "interleaved"),
         int(sign),
-        torch.get_num_threads(),
+        threads_for(x.numel() if inplace else 2 * x.numel()),
     )
     return out
 
@@ -105,7 +118,7 @@ def raw_rotate(
 class Plan:
     """A prepared call rotating q (and k) in one C call: the low-latency path for repeated shapes (decoding)."""
 
-    __slots__ = ("args", "fn", "inplace", "two")
+    __slots__ = ("args", "fn", "inplace", "two", "work")
 
     def __init__(
         self, q: torch.Tensor, k: torch.Tensor | None, cos: torch.Tensor, r: int, layout: str, inplace: bool
@@ -113,25 +126,29 @@ class Plan:
         lib = cpu_build.load()
         self.fn = getattr(lib, _PLAN_FN[q.dtype])
         self.inplace, self.two = inplace, k is not None
+        self.work = q.numel() + (k.numel() if k is not None else 0)
         vals = [
             2 if k is not None else 1,
             q.shape[-1],
             r,
             int(layout == "interleaved"),
             1,
-            torch.get_num_threads(),
+            threads_for(self.work),
         ]
         for x in (q, k) if k is not None else (q,):
             vals += _geometry(x, x if inplace else torch.empty_like(x), cos)
         self.args = (ctypes.c_int64 * len(vals))(*vals)
 
-    def __call__(self, q, k, cos, sin):
+    def __call__(
+        self, q: torch.Tensor, k: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         qo = q if self.inplace else torch.empty_like(q)
         ko = k if (self.inplace or k is None) else torch.empty_like(k)
+        self.args[5] = threads_for(self.work)  # follows torch.set_num_threads between calls
         self.fn(
             qo.data_ptr(),
             q.data_ptr(),
-            0 if k is None else ko.data_ptr(),
+            0 if ko is None else ko.data_ptr(),
             0 if k is None else k.data_ptr(),
             cos.data_ptr(),
             sin.data_ptr(),

@@ -131,3 +131,59 @@ def test_without_a_compiler_it_falls_back_with_one_message(tmp_path) -> None:
     assert len(res["warnings"]) == 1 and "pure-PyTorch backend" in res["warnings"][0]
     res = _probe({"ROPEKIT_DISABLE_CPU_KERNEL": "1"})
     assert not res["available"] and "disabled" in res["reason"]
+
+
+def test_thread_count_from_work_size_and_torch_setting() -> None:
+    n = torch.get_num_threads()
+    try:
+        assert cpu_backend.threads_for(32 * 40 * 128) == 1  # decode: one thread
+        assert cpu_backend.threads_for(cpu_backend.GRAIN * 64) == n  # prefill: torch's setting, never more
+        torch.set_num_threads(1)
+        assert cpu_backend.threads_for(cpu_backend.GRAIN * 64) == 1
+    finally:
+        torch.set_num_threads(n)
+
+
+def _tasks() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs /proc to count threads")
+def test_multithreaded_split_is_exact_and_never_oversubscribes() -> None:
+    """Work large enough for several threads, row counts that do not divide into chunks evenly: the result is the
+    PyTorch backend's bit for bit (every row done exactly once), and the kernel never runs more threads than
+    torch.get_num_threads() (its pool holds at most that many minus the caller)."""
+    n = torch.get_num_threads()
+    spec = RopeSpec(128, base=500_000.0)
+    q = _x("bshd", 3, 331, 7, 128, torch.float32)  # 890k elements: above 2 * GRAIN
+    cos, sin = rope_tables(torch.arange(331), spec)
+    try:
+        for threads in sorted({1, 2, n}):
+            torch.set_num_threads(threads)
+            before = _tasks()
+            got = apply_rope_tables(q, None, cos, sin, spec, format="bshd", backend="cpu")[0]
+            ref = apply_rope_tables(q, None, cos, sin, spec, format="bshd", backend="torch")[0]
+            assert torch.equal(got, ref)
+            if threads == 1:
+                assert _tasks() == before  # one thread: the caller alone, no pool thread started
+    finally:
+        torch.set_num_threads(n)
+
+
+def test_pool_size_is_bounded_by_torch_threads() -> None:
+    """A fresh process with torch limited to 2 threads: after many large calls, at most one pool thread exists."""
+    code = (
+        "import os, torch; torch.set_num_threads(2)\n"
+        "from ropekit import RopeSpec, rope_tables, apply_rope_tables\n"
+        "spec = RopeSpec(128); q = torch.randn(1, 2048, 8, 128); c, s = rope_tables(torch.arange(2048), spec)\n"
+        "q.mul_(1.0)  # torch's own pool exists before counting\n"
+        "t0 = len(os.listdir('/proc/self/task'))\n"
+        "for _ in range(20): apply_rope_tables(q, None, c, s, spec, backend='cpu', inplace=True)\n"
+        "print(len(os.listdir('/proc/self/task')) - t0)\n"
+    )
+    if not os.path.isdir("/proc/self/task"):
+        pytest.skip("needs /proc to count threads")
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True, env=os.environ
+    )
+    assert int(out.stdout.strip().splitlines()[-1]) <= 1

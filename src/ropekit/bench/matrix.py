@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""``ropekit bench``: ropekit's backends against the memory-traffic floor and every peer on the machine.
+"""``ropekit bench`` modes "matrix" and "decode": ropekit's backends against the memory floor and every peer.
 
 RoPE only streams memory, so the reference is the *floor*: the faster of copying q and k into preallocated
 buffers (``copy_``) and an in-place scalar multiply of them (``mul_(1.0)``). Implementations are timed side by side
@@ -14,23 +14,21 @@ Shapes (format "bhsd", in place): prefill 1 x 32 q heads x 8 kv heads x 4096 tok
 
 from __future__ import annotations
 
-import math
 import os
 import platform
-import statistics
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from ropekit.bench.timing import measure, rows
 from ropekit.module import Rotary
 from ropekit.phases import rope_tables
 from ropekit.rotation.apply import apply_rope, apply_rope_tables
 from ropekit.spec import RopeSpec
 
-__all__ = ["Case", "cases", "format_table", "machine_info", "run"]
+__all__ = ["Case", "cases", "machine_info", "run_cases"]
 
 
 @dataclass(frozen=True)
@@ -195,63 +193,24 @@ def _gpu_peers(impls: dict[str, Callable[[], Any]], q, k, cos, sin, case: Case) 
         pass
 
 
-def _time(fn: Callable[[], Any], inner: int, sync: Callable[[], None]) -> float:
-    sync()
-    t0 = time.perf_counter()
-    for _ in range(inner):
-        fn()
-    sync()
-    return (time.perf_counter() - t0) / inner * 1e3
-
-
-def run(
+def run_cases(
+    selected: list[Case],
     *,
-    quick: bool = False,
-    device: str = "cpu",
-    rounds: int | None = None,
-    progress: Callable[[str], None] | None = None,
-) -> dict[str, Any]:
-    """Run the matrix; returns {"machine": {...}, "results": [{"case", "impl", "median_ms", "ratio_to_floor"}]}."""
+    mode: str,
+    device: str,
+    quick: bool,
+    rounds: int,
+    progress: Callable[[str], None] | None,
+) -> list[dict[str, Any]]:
+    """Time every implementation of each case; rows as in :func:`ropekit.bench.timing.rows`."""
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    rounds = rounds or (5 if quick else 15)
-    results: list[dict[str, Any]] = []
+    out: list[dict[str, Any]] = []
     with torch.no_grad():
-        for case in cases(quick):
+        for case in selected:
             if progress:
-                progress(case.name)
+                progress(f"{mode}: {case.name}")
             impls = _impls(case, device, quick)
             inner = 200 if case.kind == "decode" else 1
-            for fn in impls.values():  # warm-up (and compilation) outside the timed rounds
-                _time(fn, min(inner, 20) if inner > 1 else 3, sync)
-            samples: dict[str, list[float]] = {name: [] for name in impls}
-            for _ in range(rounds):
-                for name, fn in impls.items():
-                    samples[name].append(_time(fn, inner, sync))
-            med = {name: statistics.median(v) for name, v in samples.items()}
-            floor = min(med["floor: copy_"], med["floor: mul_(1.0)"])
-            for name, m in med.items():
-                results.append({"case": case.name, "impl": name, "median_ms": m, "ratio_to_floor": m / floor})
-    return {"machine": machine_info(device), "results": results}
-
-
-def format_table(report: dict[str, Any]) -> str:
-    lines = []
-    m = report["machine"]
-    lines.append(
-        f"machine: {m.get('cpu', '?')} ({m.get('cpu_count')} cores, {m.get('torch_threads')} torch threads), torch {m['torch']}"
-        + (f", GPU {m['gpu']}" if "gpu" in m else "")
-    )
-    by_case: dict[str, list[dict[str, Any]]] = {}
-    for r in report["results"]:
-        by_case.setdefault(r["case"], []).append(r)
-    for case, rows in by_case.items():
-        hf = next((r["median_ms"] for r in rows if r["impl"] == "transformers eager"), math.nan)
-        lines.append("")
-        lines.append(f"{case}")
-        lines.append(f"  {'implementation':<44} {'median':>11} {'x floor':>8} {'vs HF eager':>12}")
-        for r in rows:
-            ms = r["median_ms"]
-            t = f"{ms * 1e3:8.1f} us" if ms < 1 else f"{ms:8.3f} ms"
-            speed = f"{hf / ms:10.1f}x" if not math.isnan(hf) else ""
-            lines.append(f"  {r['impl']:<44} {t:>11} {r['ratio_to_floor']:>8.2f} {speed:>12}")
-    return "\n".join(lines)
+            samples = measure(impls, inner=inner, rounds=rounds, sync=sync)
+            out += rows(case.name, mode, samples, ("floor: copy_", "floor: mul_(1.0)"))
+    return out

@@ -1,0 +1,303 @@
+"""RoPE fused with the KV-cache write, against an independent composition: rotate in float64 from the RoFormer
+formula, then index into a copy of the cache. Both layouts (contiguous per-sequence and paged), half and
+interleaved pairs, partial rotary, float32/bfloat16, GQA, the C kernel and the PyTorch path; and the validation
+(nothing is written when an argument is bad)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from ropekit.kernels import cpu_build
+from ropekit.phases import rope_tables
+from ropekit.rotation import kv_cache
+from ropekit.rotation.kv_cache import rope_cache_write, rope_paged_cache_write
+from ropekit.spec import RopeSpec
+
+BASE = 10_000.0
+
+
+def rope64(x: torch.Tensor, pos: torch.Tensor, r: int, layout: str) -> torch.Tensor:
+    """RoFormer eq. 34 in float64: x [..., T, H, D], pos [..., T]; pairs (i, i + r/2) or (2i, 2i + 1)."""
+    x = x.double().clone()
+    n = r // 2
+    theta = torch.tensor([BASE ** (-2.0 * i / r) for i in range(n)], dtype=torch.float64)
+    ang = pos.double()[..., None, None] * theta  # [..., T, 1, n]
+    c, s = torch.cos(ang), torch.sin(ang)
+    if layout == "half":
+        ia, ib = torch.arange(n), torch.arange(n) + n
+    else:
+        ia, ib = 2 * torch.arange(n), 2 * torch.arange(n) + 1
+    a, b = x[..., ia], x[..., ib]
+    x[..., ia], x[..., ib] = a * c - b * s, b * c + a * s
+    return x
+
+
+def close(out: torch.Tensor, ref: torch.Tensor) -> None:
+    if out.dtype == torch.float32:
+        torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-6)
+    else:  # one rounding to bfloat16 of a float32 result: within one bf16 ulp of the float64 value
+        torch.testing.assert_close(out.double(), ref, rtol=2.0**-7, atol=1e-6)
+
+
+BACKENDS = ["kernel", "torch"]
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    if request.param == "kernel":
+        if cpu_build.load() is None:
+            pytest.skip("no C compiler: the kernel path is unavailable")
+    else:
+        monkeypatch.setattr(
+            cpu_build, "load", lambda: None
+        )  # as without a compiler: checks and writes in torch
+    return str(request.param)
+
+
+CASES = [
+    # dtype, layout, D, r, format, cache_format
+    (torch.float32, "half", 16, 16, "bshd", "bhsd"),
+    (torch.float32, "interleaved", 16, 16, "bhsd", "bshd"),
+    (torch.float32, "half", 16, 8, "bhsd", "bhsd"),
+    (torch.bfloat16, "half", 16, 16, "bshd", "bshd"),
+    (torch.bfloat16, "interleaved", 16, 8, "bshd", "bhsd"),
+    (torch.float32, "half", 128, 128, "bshd", "bhsd"),  # the unrolled n = 64 path
+]
+
+
+@pytest.mark.parametrize(("dt", "layout", "D", "r", "fmt", "cfmt"), CASES)
+def test_contiguous_against_float64_composition(
+    backend: str, dt: torch.dtype, layout: str, D: int, r: int, fmt: str, cfmt: str
+) -> None:
+    g = torch.Generator().manual_seed(0)
+    B, S, Hk, Hq, Dv, S_max = 3, 5, 2, 4, 12, 16
+    spec = RopeSpec(D, base=BASE, rotary_dim=r, layout=layout)  # type: ignore[arg-type]
+
+    def mk(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=g).to(dt)
+
+    k, v, q = mk(B, S, Hk, D), mk(B, S, Hk, Dv), mk(B, S, Hq, D)  # bshd originals
+    ck, cv = mk(B, S_max, Hk, D), mk(B, S_max, Hk, Dv)
+    off = torch.tensor([0, 7, S_max - S])
+    pos = off[:, None] + torch.arange(S)
+
+    def to(x: torch.Tensor, f: str) -> torch.Tensor:  # a bhsd *view* of bhsd-stored data when f == "bhsd"
+        return x.transpose(1, 2).contiguous().transpose(1, 2) if f == "bhsd" else x.clone()
+
+    kk, vv, qq, ckk, cvv = to(k, fmt), to(v, fmt), to(q, fmt), to(ck, cfmt), to(cv, cfmt)
+    args = (kk.transpose(1, 2), vv.transpose(1, 2)) if fmt == "bhsd" else (kk, vv)
+    caches = (ckk.transpose(1, 2), cvv.transpose(1, 2)) if cfmt == "bhsd" else (ckk, cvv)
+    qarg = qq.transpose(1, 2) if fmt == "bhsd" else qq
+    k_before = kk.clone()
+    out = rope_cache_write(*args, *caches, off, spec, q=qarg, format=fmt, cache_format=cfmt)
+    assert out is qarg
+
+    ref_k, ref_v = ck.double().clone(), cv.double().clone()
+    rk = rope64(k, pos, r, layout)
+    for b in range(B):
+        ref_k[b, off[b] : off[b] + S] = rk[b]
+        ref_v[b, off[b] : off[b] + S] = v[b].double()
+    close(ckk, ref_k)  # ckk is a bshd view of the data either way
+    assert torch.equal(cvv.double(), ref_v)  # v copied bit for bit, the rest of the cache untouched
+    written = torch.zeros(B, S_max, dtype=torch.bool)
+    for b in range(B):
+        written[b, off[b] : off[b] + S] = True
+    assert torch.equal(ckk[~written], ck[~written])  # rows not written are untouched
+    close(qq, rope64(q, pos, r, layout))
+    assert torch.equal(kk, k_before)  # k itself is not modified
+    if r < D:
+        assert torch.equal(ckk[written][..., r:], k.reshape(-1, Hk, D)[..., r:])
+
+
+@pytest.mark.parametrize(
+    ("dt", "layout", "r"), [(torch.float32, "half", 16), (torch.bfloat16, "interleaved", 8)]
+)
+def test_paged_against_float64_composition(backend: str, dt: torch.dtype, layout: str, r: int) -> None:
+    g = torch.Generator().manual_seed(1)
+    T, Hk, Hq, D, Dv, NB, BS = 7, 2, 6, 16, 8, 5, 4
+    spec = RopeSpec(D, base=BASE, rotary_dim=r, layout=layout)  # type: ignore[arg-type]
+    k, v, q = (torch.randn(T, h, d, generator=g).to(dt) for h, d in ((Hk, D), (Hk, Dv), (Hq, D)))
+    kv = torch.randn(2, NB, BS, Hk, D, generator=g).to(dt)  # one buffer for both caches, as in vLLM
+    ck, cv0 = kv[0], torch.randn(NB, BS, Hk, Dv, generator=g).to(dt)
+    cv = cv0.clone()
+    slots = torch.tensor([19, 0, 5, 6, 7, 12, 3])
+    pos = torch.tensor([3, 100, 4096, 5, 6, 70000, 2])
+    ref_k, ref_v = ck.double().clone(), cv0.double().clone()
+    ck_before, q0 = ck.clone(), q.clone()
+    rope_paged_cache_write(k, v, ck, cv, slots, spec, positions=pos, q=q)
+    rk = rope64(k, pos, r, layout)
+    for t in range(T):
+        blk, row = divmod(int(slots[t]), BS)
+        ref_k[blk, row], ref_v[blk, row] = rk[t], v[t].double()
+    close(ck, ref_k)
+    assert torch.equal(cv.double(), ref_v)
+    untouched = torch.ones(NB * BS, dtype=torch.bool)
+    untouched[slots] = False
+    assert torch.equal(ck.reshape(NB * BS, Hk, D)[untouched], ck_before.reshape(NB * BS, Hk, D)[untouched])
+    close(q, rope64(q0, pos, r, layout))
+
+
+def test_kernel_and_torch_path_agree_bit_for_bit(monkeypatch: pytest.MonkeyPatch) -> None:
+    if cpu_build.load() is None:
+        pytest.skip("no C compiler")
+    g = torch.Generator().manual_seed(2)
+    spec = RopeSpec(64, base=BASE, rotary_dim=48)
+    for dt in (torch.float32, torch.bfloat16, torch.float16):
+        k, v, q = (torch.randn(2, 3, h, 64, generator=g).to(dt) for h in (2, 2, 8))
+        outs = []
+        for use in (True, False):
+            monkeypatch.setattr(kv_cache, "_use_kernel", lambda *xs, u=use: u)
+            ck, cv, qq = torch.zeros(2, 2, 9, 64, dtype=dt), torch.zeros(2, 2, 9, 64, dtype=dt), q.clone()
+            rope_cache_write(k, v, ck, cv, torch.tensor([1, 6]), spec, q=qq)
+            outs.append((ck, cv, qq))
+        for a, b in zip(*outs, strict=True):
+            assert torch.equal(a, b), dt
+
+
+def test_tables_given_equal_positions_and_decode_default_positions() -> None:
+    spec = RopeSpec(32, base=BASE)
+    g = torch.Generator().manual_seed(3)
+    k, v = torch.randn(4, 1, 2, 32, generator=g), torch.randn(4, 1, 2, 32, generator=g)
+    off = torch.tensor([0, 3, 9, 30])
+    a = [torch.zeros(4, 2, 31, 32) for _ in range(2)]
+    b = [torch.zeros(4, 2, 31, 32) for _ in range(2)]
+    rope_cache_write(k, v, *a, off, spec)  # default positions: the cache rows
+    cos, sin = rope_tables(off[:, None], spec)
+    rope_cache_write(k, v, *b, off, spec, tables=(cos, sin))
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    ref = rope64(k, off[:, None], 32, "half")
+    for i in range(4):
+        torch.testing.assert_close(a[0][i, :, off[i]].double(), ref[i, 0], rtol=1e-5, atol=1e-6)
+
+
+def _contig() -> tuple[torch.Tensor, ...]:
+    return torch.randn(2, 3, 2, 8), torch.randn(2, 3, 2, 8), torch.zeros(2, 2, 6, 8), torch.zeros(2, 2, 6, 8)
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"offsets": torch.tensor([0, 4])}, r"offsets\[1\] = 4"),
+        ({"offsets": torch.tensor([-1, 0])}, r"offsets\[0\] = -1"),
+        ({"offsets": torch.tensor([0.0, 1.0])}, "offsets must be an integer tensor"),
+        ({"offsets": torch.tensor([0, 1, 2])}, r"offsets must have shape \(2,\)"),
+        ({"v": torch.randn(2, 4, 2, 8)}, "v shape"),
+        ({"k": torch.randn(2, 3, 2, 8, dtype=torch.float64)}, "dtype"),
+        ({"cache_k": torch.zeros(2, 3, 6, 8)}, "cache_k shape"),
+        ({"q": torch.randn(2, 3, 4, 6)}, "q shape"),
+        ({"format": "sbhd"}, "format must be"),
+        (
+            {
+                "positions": torch.zeros(2, 3, dtype=torch.long),
+                "tables": (torch.ones(3, 4), torch.ones(3, 4)),
+            },
+            "not both",
+        ),
+        ({"tables": (torch.ones(3, 4, dtype=torch.float64), torch.ones(3, 4))}, "float32"),
+        ({"positions": torch.zeros(2, 4, dtype=torch.long)}, "broadcast"),
+    ],
+)
+def test_contiguous_validation_writes_nothing(backend: str, change: dict[str, object], match: str) -> None:
+    k, v, ck, cv = _contig()
+    kw: dict[str, object] = {"k": k, "v": v, "cache_k": ck, "cache_v": cv, "offsets": torch.tensor([0, 3])}
+    kw.update(change)
+    q = kw.get("q")
+    before = [t.clone() for t in (ck, cv)] + ([q.clone()] if isinstance(q, torch.Tensor) else [])
+    with pytest.raises((ValueError, TypeError), match=match):
+        rope_cache_write(spec=RopeSpec(8, base=BASE), **kw)  # type: ignore[arg-type]
+    after = [ck, cv] + ([q] if isinstance(q, torch.Tensor) else [])
+    assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
+
+
+def test_overlapping_caches_refused() -> None:
+    k, v, ck, _ = _contig()
+    with pytest.raises(ValueError, match="cache_k and cache_v overlap"):
+        rope_cache_write(k, v, ck, ck[..., :8], 0, RopeSpec(8, base=BASE))
+    with pytest.raises(ValueError, match="cache_k and k overlap"):
+        big = torch.zeros(2, 2, 6, 8)
+        rope_cache_write(
+            big.transpose(1, 2)[:, :3], v, big, torch.zeros(2, 2, 6, 8), 0, RopeSpec(8, base=BASE)
+        )
+
+
+@pytest.mark.parametrize(
+    ("slots", "positions", "match"),
+    [
+        (torch.tensor([0, 20, 1]), torch.arange(3), r"slots\[1\] = 20 is outside"),
+        (torch.tensor([0, -1, 1]), torch.arange(3), r"slots\[1\] = -1"),
+        (torch.tensor([4, 2, 4]), torch.arange(3), "distinct"),
+        (torch.tensor([0, 1, 2]), None, "needs positions"),
+        (torch.tensor([0, 1]), torch.arange(3), r"slots must have shape \(3,\)"),
+        (torch.tensor([0, 1, 2]), torch.tensor([0.5, float("nan"), 1.0]), "finite"),
+    ],
+)
+def test_paged_validation_writes_nothing(
+    slots: torch.Tensor, positions: torch.Tensor | None, match: str
+) -> None:
+    k, v = torch.randn(3, 2, 8), torch.randn(3, 2, 8)
+    ck, cv = torch.zeros(5, 4, 2, 8), torch.zeros(5, 4, 2, 8)
+    with pytest.raises(ValueError, match=match):
+        rope_paged_cache_write(k, v, ck, cv, slots, RopeSpec(8, base=BASE), positions=positions)
+    assert not ck.any() and not cv.any()
+
+
+def test_repeated_slot_among_many_tokens(backend: str) -> None:
+    T = 200  # above the quadratic check: the sorted one
+    slots = torch.randperm(800, generator=torch.Generator().manual_seed(5))[:T]
+    slots[150] = slots[17]
+    k = torch.randn(T, 1, 8)
+    ck, cv = torch.zeros(100, 8, 1, 8), torch.zeros(100, 8, 1, 8)
+    with pytest.raises(ValueError, match="distinct"):
+        rope_paged_cache_write(k, k, ck, cv, slots, RopeSpec(8, base=BASE), positions=torch.arange(T))
+    assert not ck.any() and not cv.any()
+
+
+def test_large_positions_use_exact_tables() -> None:
+    """At position 2^24 + 1 the float32 recipe is off by ~1 rad in band 0; the fused write is not."""
+    spec = RopeSpec(8, base=BASE)
+    p = 2**24 + 1
+    k = torch.randn(1, 1, 1, 8, generator=torch.Generator().manual_seed(4))
+    ck, cv = torch.zeros(1, 1, 2, 8), torch.zeros(1, 1, 2, 8)
+    rope_cache_write(k, k, ck, cv, 1, spec, positions=torch.tensor([[p]]))
+    ang = math.fmod(p * 1.0, 2 * math.pi)
+    x0, y0 = float(k[0, 0, 0, 0]), float(k[0, 0, 0, 4])
+    assert abs(float(ck[0, 0, 1, 0]) - (x0 * math.cos(ang) - y0 * math.sin(ang))) < 1e-5
+
+
+def test_multithreaded_write_matches_the_torch_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Enough tokens for the kernel's thread pool (torch's thread setting permitting): same bits as PyTorch."""
+    if cpu_build.load() is None:
+        pytest.skip("no C compiler")
+    g = torch.Generator().manual_seed(6)
+    T, NB, BS = 601, 80, 16
+    spec = RopeSpec(128, base=BASE, layout="interleaved")
+    k, v, q = (torch.randn(T, h, 128, generator=g).to(torch.bfloat16) for h in (8, 8, 16))
+    slots = torch.randperm(NB * BS, generator=g)[:T]
+    pos = torch.randint(0, 50_000, (T,), generator=g)
+    outs = []
+    for use in (True, False):
+        monkeypatch.setattr(kv_cache, "_use_kernel", lambda *xs, u=use: u)
+        ck, cv = (
+            torch.zeros(NB, BS, 8, 128, dtype=torch.bfloat16),
+            torch.zeros(NB, BS, 8, 128, dtype=torch.bfloat16),
+        )
+        qq = q.clone()
+        rope_paged_cache_write(k, v, ck, cv, slots, spec, positions=pos, q=qq)
+        outs.append((ck, cv, qq))
+    for a, b in zip(*outs, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_tables_of_different_broadcast_shapes(backend: str) -> None:
+    """cos shared by the batch ([S, n]) and sin per sequence ([B, S, n]): both broadcast, as documented."""
+    spec = RopeSpec(16, base=BASE)
+    g = torch.Generator().manual_seed(7)
+    k, v = torch.randn(2, 3, 1, 16, generator=g), torch.randn(2, 3, 1, 16, generator=g)
+    cos, sin = rope_tables(torch.arange(3), spec)
+    ck, cv = torch.zeros(2, 1, 5, 16), torch.zeros(2, 1, 5, 16)
+    rope_cache_write(k, v, ck, cv, 1, spec, tables=(cos, sin.expand(2, 3, 8)))
+    ref = rope64(k, torch.arange(3).expand(2, 3), 16, "half")
+    close(ck.transpose(1, 2)[:, 1:4], ref)
