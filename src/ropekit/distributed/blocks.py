@@ -42,7 +42,7 @@ def block_mask(
 
 
 def _scores(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
-    s = torch.einsum("bhgqd,bhkd->bhgqk", q, k) * scale
+    s = torch.matmul(q, k.unsqueeze(2).transpose(-1, -2)) * scale  # [b, h_kv, g, s_q, s_k]
     return s.masked_fill(~mask, float("-inf"))
 
 
@@ -53,7 +53,7 @@ def block_forward(
     s = _scores(q, k, mask, scale)
     lse = torch.logsumexp(s, dim=-1)
     p = torch.exp(s - lse.unsqueeze(-1))
-    return torch.einsum("bhgqk,bhkd->bhgqd", p, v), lse
+    return torch.matmul(p, v.unsqueeze(2)), lse
 
 
 def merge_lse(
@@ -80,9 +80,9 @@ def block_backward(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """This block's contributions (dq, dk, dv), given the final lse and delta = rowsum(do * o) of the rows."""
     p = torch.exp(_scores(q, k, mask, scale) - lse.unsqueeze(-1))
-    dv = torch.einsum("bhgqk,bhgqd->bhkd", p, do)
-    dp = torch.einsum("bhgqd,bhkd->bhgqk", do, v)
+    dv = torch.matmul(p.transpose(-1, -2), do).sum(2)  # summed over the g query heads sharing a kv head
+    dp = torch.matmul(do, v.unsqueeze(2).transpose(-1, -2))
     ds = p * (dp - delta.unsqueeze(-1))
-    dq = torch.einsum("bhgqk,bhkd->bhgqd", ds, k) * scale
-    dk = torch.einsum("bhgqk,bhgqd->bhkd", ds, q) * scale
+    dq = torch.matmul(ds, k.unsqueeze(2)) * scale
+    dk = torch.matmul(ds.transpose(-1, -2), q).sum(2) * scale
     return dq, dk, dv
