@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 
 from ropekit.distributed.blocks import block_backward, block_forward, block_mask, merge_lse
+from ropekit.distributed.layouts import check_cu_seqlens
 
 __all__ = ["ring_attention"]
 
@@ -106,8 +107,6 @@ def _local_problem(
         return ValueError, f"scale must be a positive finite float or None, got {scale!r}"
     if cu_seqlens is not None:
         total = world * q.shape[1]
-        from ropekit.distributed.layouts import check_cu_seqlens
-
         try:
             check_cu_seqlens(cu_seqlens, total)
         except ValueError as e:
@@ -181,7 +180,7 @@ def _select(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
 
 class _Ring(torch.autograd.Function):
     @staticmethod
-    def forward(  # type: ignore[override]
+    def forward(
         ctx: Any,
         q: torch.Tensor,
         k: torch.Tensor,
@@ -223,7 +222,7 @@ class _Ring(torch.autograd.Function):
         return o.permute(0, 3, 1, 2, 4).reshape(b, s, hq, dv).to(q.dtype)
 
     @staticmethod
-    def backward(ctx: Any, dout: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
+    def backward(ctx: Any, dout: torch.Tensor) -> tuple[Any, ...]:
         q5, k4, v4, pos, o, lse, cu = ctx.saved_tensors
         causal, scale, group, world, rank, q_dtype, k_dtype, (b, s, hq, d) = ctx.meta
         hkv, dv = k4.shape[1], v4.shape[3]
@@ -303,7 +302,7 @@ def ring_attention(
     sc = float(scale) if scale is not None else 1.0 / math.sqrt(q.shape[-1])
     pos = positions.to(q.device, torch.int64).contiguous()
     cu = None if cu_seqlens is None else cu_seqlens.to(q.device, torch.int64)
-    out: torch.Tensor = _Ring.apply(
+    out: torch.Tensor = _Ring.apply(  # type: ignore[no-untyped-call]
         q.contiguous(), k.contiguous(), v.contiguous(), pos, cu, bool(causal), sc, group, world, rank
     )
     return out

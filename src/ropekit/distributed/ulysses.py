@@ -44,23 +44,23 @@ def _a2a(x: torch.Tensor, group: Any, world: int, split: int, cat: int) -> torch
 
 class _SeqToHeads(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, group: Any, world: int) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx: Any, x: torch.Tensor, group: Any, world: int) -> torch.Tensor:
         ctx.group, ctx.world = group, world
         return _a2a(x, group, world, split=2, cat=1)
 
     @staticmethod
-    def backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:
         return _a2a(g.contiguous(), ctx.group, ctx.world, split=1, cat=2), None, None
 
 
 class _HeadsToSeq(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, group: Any, world: int) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx: Any, x: torch.Tensor, group: Any, world: int) -> torch.Tensor:
         ctx.group, ctx.world = group, world
         return _a2a(x, group, world, split=1, cat=2)
 
     @staticmethod
-    def backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:
         return _a2a(g.contiguous(), ctx.group, ctx.world, split=2, cat=1), None, None
 
 
@@ -84,7 +84,7 @@ def seq_to_heads(x: torch.Tensor, group: dist.ProcessGroup | None = None) -> tor
     """
     world = _world(group)
     _check(x, "x", 2, "heads", world)
-    out: torch.Tensor = _SeqToHeads.apply(x.contiguous(), group, world)
+    out: torch.Tensor = _SeqToHeads.apply(x.contiguous(), group, world)  # type: ignore[no-untyped-call]
     return out
 
 
@@ -96,5 +96,5 @@ def heads_to_seq(x: torch.Tensor, group: dist.ProcessGroup | None = None) -> tor
     """
     world = _world(group)
     _check(x, "x", 1, "sequence entries", world)
-    out: torch.Tensor = _HeadsToSeq.apply(x.contiguous(), group, world)
+    out: torch.Tensor = _HeadsToSeq.apply(x.contiguous(), group, world)  # type: ignore[no-untyped-call]
     return out

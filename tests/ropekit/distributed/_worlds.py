@@ -291,6 +291,21 @@ def subgroup_case(world: int, rank: int) -> dict[str, Any]:
     }
 
 
+def agreement_case(world: int, rank: int) -> dict[str, Any]:
+    """One rank's bad argument raises ValueError on every rank instead of leaving the others waiting."""
+    q = torch.randn(1, 4, 2, 8, dtype=torch.float64)
+    pos = torch.arange(3 if rank == world - 1 else 4)  # the last rank passes one position too few
+    try:
+        ring_attention(q, q, q, positions=pos)
+    except ValueError as e:
+        msg = str(e)
+    else:
+        msg = "no error"
+    ok = torch.tensor([float(("3 entries" in msg) if rank == world - 1 else (f"[{world - 1}]" in msg))])
+    dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+    return {"agreement": bool(ok.item())}
+
+
 def run(rank: int, world: int, port: int, out: str) -> None:
     torch.set_num_threads(1)
     if sys.platform.startswith("linux"):
@@ -301,6 +316,7 @@ def run(rank: int, world: int, port: int, out: str) -> None:
         res.update(ring_cases(world, rank))
         res.update(noncausal_case(world, rank))
         res.update(ulysses_case(world, rank))
+        res.update(agreement_case(world, rank))
         if world == 2:  # entering torch's context_parallel costs seconds; one world shows the order
             res.update(torch_cp_case(world, rank))
         if world == 4:

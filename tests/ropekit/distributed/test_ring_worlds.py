@@ -71,6 +71,12 @@ def test_noncausal_packed_and_ulysses(world: int, tmp_path_factory: pytest.TempP
     assert max(res["ulysses/contiguous/float64"].values()) <= 1e-10, res["ulysses/contiguous/float64"]
 
 
+@pytest.mark.parametrize("world", WORLDS)
+def test_one_bad_rank_raises_everywhere(world: int, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The last rank passes a wrong positions length: it names the numbers, the others name that rank."""
+    assert results(world, tmp_path_factory)["agreement"]
+
+
 def test_ring_on_a_subgroup(tmp_path_factory: pytest.TempPathFactory) -> None:
     """group= with global ranks {1, 3} of a 4-process world: peers are mapped to global ranks."""
     errs = results(4, tmp_path_factory)["subgroup/zigzag/float64"]
