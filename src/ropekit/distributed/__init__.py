@@ -17,10 +17,10 @@ Public API:
     LAYOUTS          the layout names
 """
 
-from ropekit.distributed.balance import causal_pairs
 from ropekit.distributed.layouts import LAYOUTS, Layout, shard, shard_indices, shard_positions, unshard
 from ropekit.distributed.ring import ring_attention
 from ropekit.distributed.ulysses import heads_to_seq, seq_to_heads
+from ropekit.distributed.work import causal_pairs
 
 __all__ = [
     "LAYOUTS",

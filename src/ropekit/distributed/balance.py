@@ -1,62 +1,20 @@
 # SPDX-License-Identifier: MIT
-"""Causal load balance of the context-parallel layouts, counted rather than claimed.
+"""Balance benchmark: ``python -m ropekit.distributed.balance [--seq-len S] [--world-size W ...]``.
 
-Under a causal mask query position p attends to p + 1 keys (its document's keys up to itself), so the work of a
-rank is the number of visible (query, key) pairs among its queries. Ring attention runs in W lock-step steps; at
-step i rank r holds the keys of rank (r - i) mod W, and a step lasts as long as its busiest rank, so the
-critical path is ``sum_i max_r pairs(r, i)`` against the ideal ``total / W``.
-
-Run ``python -m ropekit.distributed.balance [--seq-len S] [--world-size W ...]`` to print the table.
-
-Shapes: S sequence length, W world size.
+Prints, for each layout and world size, the causal (query, key) pairs per rank, the imbalance max / mean, the ring
+critical path (sum over steps of the busiest rank's pairs) against the ideal total / W, and the score entries
+:func:`ropekit.distributed.ring_attention` actually computes (it skips empty rows and columns of a block, and
+computes the rest densely) with their critical path against the same ideal (:mod:`ropekit.distributed.work`).
 """
 
 from __future__ import annotations
 
 import argparse
 
-import torch
+from ropekit.distributed.layouts import LAYOUTS
+from ropekit.distributed.work import causal_pairs, ring_computed_entries, ring_step_pairs
 
-from ropekit.distributed.layouts import LAYOUTS, Layout, shard_indices, shard_positions
-
-__all__ = ["causal_pairs", "ring_step_pairs"]
-
-
-def causal_pairs(
-    seq_len: int, world_size: int, layout: Layout = "zigzag", *, cu_seqlens: torch.Tensor | None = None
-) -> list[int]:
-    """Visible causal (query, key) pairs of each rank's queries over the whole sequence, rank order.
-
-    Example:
-        >>> causal_pairs(16, 4, "contiguous"), causal_pairs(16, 4, "zigzag")
-        ([10, 26, 42, 58], [34, 34, 34, 34])
-    """
-    return [
-        int((shard_positions(seq_len, world_size, r, layout, cu_seqlens=cu_seqlens) + 1).sum())
-        for r in range(world_size)
-    ]
-
-
-def ring_step_pairs(
-    seq_len: int, world_size: int, layout: Layout = "zigzag", *, cu_seqlens: torch.Tensor | None = None
-) -> list[list[int]]:
-    """``pairs[i][r]``: visible pairs rank r computes at ring step i (keys of rank (r - i) mod W)."""
-    rows = [shard_indices(seq_len, world_size, r, layout, cu_seqlens=cu_seqlens) for r in range(world_size)]
-    doc = [torch.zeros_like(x) for x in rows]
-    if cu_seqlens is not None:
-        cu = cu_seqlens.to(torch.int64)
-        doc = [torch.searchsorted(cu[1:], x, right=True) for x in rows]
-    out = []
-    for i in range(world_size):
-        step = []
-        for r in range(world_size):
-            j = (r - i) % world_size
-            vis = (rows[j].unsqueeze(0) <= rows[r].unsqueeze(1)) & (
-                doc[j].unsqueeze(0) == doc[r].unsqueeze(1)
-            )
-            step.append(int(vis.sum()))
-        out.append(step)
-    return out
+__all__ = ["main", "report"]
 
 
 def report(seq_len: int, world_sizes: list[int]) -> str:
@@ -64,8 +22,11 @@ def report(seq_len: int, world_sizes: list[int]) -> str:
     lines = [
         f"Causal (query, key) pairs per rank, seq_len = {seq_len}",
         "",
-        "| W | layout | pairs per rank | max / mean | ring critical path / ideal |",
-        "|---|---|---|---|---|",
+        (
+            "| W | layout | causal pairs per rank | max / mean | ring critical path / ideal "
+            "| ring_attention: score entries computed per rank | its critical path / ideal |"
+        ),
+        "|---|---|---|---|---|---|---|",
     ]
     for w in world_sizes:
         for layout in LAYOUTS:
@@ -73,8 +34,12 @@ def report(seq_len: int, world_sizes: list[int]) -> str:
             steps = ring_step_pairs(seq_len, w, layout)  # type: ignore[arg-type]
             mean = sum(per) / w
             crit = sum(max(s) for s in steps)
+            done = ring_computed_entries(seq_len, w, layout)  # type: ignore[arg-type]
+            done_per = [sum(step[r] for step in done) for r in range(w)]
+            done_crit = sum(max(s) for s in done)
             lines.append(
-                f"| {w} | {layout} | {', '.join(map(str, per))} | {max(per) / mean:.3f} | {crit / mean:.3f} |"
+                f"| {w} | {layout} | {', '.join(map(str, per))} | {max(per) / mean:.3f} | {crit / mean:.3f} "
+                f"| {', '.join(map(str, done_per))} | {done_crit / mean:.3f} |"
             )
     return "\n".join(lines)
 

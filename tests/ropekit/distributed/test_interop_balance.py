@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from ropekit.distributed import causal_pairs, heads_to_seq, seq_to_heads, shard_indices
-from ropekit.distributed.balance import main, ring_step_pairs
+from ropekit.distributed.balance import main
+from ropekit.distributed.work import ring_computed_entries, ring_step_pairs
 
 lb = pytest.importorskip("torch.distributed.tensor.experimental._context_parallel._load_balancer")
 
@@ -74,5 +75,13 @@ def test_causal_pair_counts() -> None:
 def test_balance_cli_prints_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--seq-len", "16", "--world-size", "4"]) == 0
     out = capsys.readouterr().out
-    assert "| 4 | zigzag | 34, 34, 34, 34 | 1.000 | 1.000 |" in out
-    assert "| 4 | contiguous | 10, 26, 42, 58 | 1.706 | 1.706 |" in out
+    # zigzag computes 2(W+1)c^2 = 40 entries per rank (c = 2): diagonal 4c^2, then W-1 half blocks of 2c^2
+    assert "| 4 | zigzag | 34, 34, 34, 34 | 1.000 | 1.000 | 40, 40, 40, 40 | 1.176 |" in out
+    assert "| 4 | contiguous | 10, 26, 42, 58 | 1.706 | 1.706 | 16, 32, 48, 64 | 1.882 |" in out
+
+
+def test_computed_entries_follow_the_zigzag_schedule() -> None:
+    """By hand, S = 8, W = 2: zigzag step 1 computes half blocks on both ranks (rank 0: its 2 late queries x 4
+    keys; rank 1: 4 queries x rank 0's 2 early keys); contiguous leaves rank 0 idle and rank 1 full."""
+    assert ring_computed_entries(8, 2, "zigzag") == [[16, 16], [8, 8]]
+    assert ring_computed_entries(8, 2, "contiguous") == [[16, 16], [0, 16]]
