@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ropekit import positions_from_cu_seqlens
 from ropekit.distributed import LAYOUTS, shard, shard_indices, shard_positions, unshard
+from tests.ropekit.distributed._worlds import oracle_rows
 
 
 def _all(seq: int, world: int, layout: str, **kw: object) -> list[list[int]]:
@@ -159,3 +162,22 @@ def test_type_errors() -> None:
         shard_positions(8, 2.0, 0)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="x must be a torch.Tensor"):
         shard([1, 2], 1, 0)  # type: ignore[arg-type]
+
+
+@given(
+    world=st.integers(1, 6),
+    units=st.lists(st.integers(0, 4), min_size=1, max_size=5),
+    layout=st.sampled_from(LAYOUTS),
+)
+def test_packed_layouts_partition_and_follow_the_formula(world: int, units: list[int], layout: str) -> None:
+    """Any documents (lengths multiples of 2W, empty ones too): every row exactly once, rows equal the textbook
+    formula (tests/ropekit/distributed/_worlds.oracle_rows), positions are the document-relative ids of the rows."""
+    lengths = [2 * world * u for u in units]
+    seq = sum(lengths)
+    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()])
+    rows = [shard_indices(seq, world, r, layout, cu_seqlens=cu) for r in range(world)]  # type: ignore[arg-type]
+    assert sorted(torch.cat(rows).tolist()) == list(range(seq))
+    doc_pos = positions_from_cu_seqlens(cu)
+    for r in range(world):
+        assert rows[r].tolist() == oracle_rows(layout, seq, world, r, lengths if layout == "zigzag" else None)
+        assert torch.equal(shard_positions(seq, world, r, layout, cu_seqlens=cu), doc_pos[rows[r]])  # type: ignore[arg-type]
