@@ -59,9 +59,18 @@ def _group_info(group: Any) -> tuple[int, int]:
 
 
 def _local_problem(
-    q: object, k: object, v: object, positions: object, scale: object, cu_seqlens: object, world: int
+    q: object,
+    k: object,
+    v: object,
+    positions: object,
+    causal: object,
+    scale: object,
+    cu_seqlens: object,
+    world: int,
 ) -> tuple[type[Exception], str] | None:
     """The first thing wrong with this rank's arguments, or None."""
+    if not isinstance(causal, bool):
+        return TypeError, f"causal must be True or False, got {causal!r}"
     for name, x in (("q", q), ("k", k), ("v", v), ("positions", positions)):
         if not isinstance(x, torch.Tensor):
             return TypeError, f"{name} must be a torch.Tensor, got {type(x).__name__}"
@@ -296,7 +305,7 @@ def ring_attention(
             agreement record first, so one rank's bad argument cannot leave the others waiting).
     """
     world, rank = _group_info(group)
-    problem = _local_problem(q, k, v, positions, scale, cu_seqlens, world)
+    problem = _local_problem(q, k, v, positions, causal, scale, cu_seqlens, world)
     meta = _meta(q, k, v, causal, cu_seqlens) if problem is None else []
     _agree(problem, meta, group, world, q.device if isinstance(q, torch.Tensor) else torch.device("cpu"))
     sc = float(scale) if scale is not None else 1.0 / math.sqrt(q.shape[-1])

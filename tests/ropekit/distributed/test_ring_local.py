@@ -142,6 +142,8 @@ def test_shape_and_dtype_errors() -> None:
         ring_attention(q.flatten(2), k, v, positions=pos)
     with pytest.raises(ValueError, match=r"k and v must have q's batch and sequence"):
         ring_attention(q, k[:, :10], v[:, :10], positions=pos)
+    with pytest.raises(TypeError, match=r"causal must be True or False, got 'yes'"):
+        ring_attention(q, k, v, positions=pos, causal="yes")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"positions must be a torch.Tensor, got list"):
         ring_attention(q, k, v, positions=list(range(12)))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"group=.* torch.distributed is not initialized"):
