@@ -11,6 +11,10 @@ Public API:
     Rotary              nn.Module for attention layers (float32 cache immune to dtype casts)
     positions_*         builders of explicit position ids (offsets, padding masks, packed documents)
     scaling             phase maps (Linear position interpolation; more schemes join here)
+
+Subpackages imported on demand:
+    ropekit.distributed context parallelism: global positions of sequence shards (contiguous, zigzag, stripe,
+                        packed documents), ring attention and Ulysses all-to-all on torch.distributed
 """
 
 from ropekit import scaling

@@ -1,0 +1,57 @@
+# SPDX-License-Identifier: MIT
+"""Balance benchmark: ``python -m ropekit.distributed.balance [--seq-len S] [--world-size W ...]``.
+
+Prints, for each layout and world size, the causal (query, key) pairs per rank, the imbalance max / mean, the ring
+critical path (sum over steps of the busiest rank's pairs) against the ideal total / W, and the score entries
+:func:`ropekit.distributed.ring_attention` actually computes (it skips empty rows and columns of a block, and
+computes the rest densely) with their critical path against the same ideal (:mod:`ropekit.distributed.work`).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ropekit.distributed.layouts import LAYOUTS
+from ropekit.distributed.work import causal_pairs, ring_computed_entries, ring_step_pairs
+
+__all__ = ["main", "report"]
+
+
+def report(seq_len: int, world_sizes: list[int]) -> str:
+    """The balance table printed by ``python -m ropekit.distributed.balance`` (Markdown)."""
+    lines = [
+        f"Causal (query, key) pairs per rank, seq_len = {seq_len}",
+        "",
+        (
+            "| W | layout | causal pairs per rank | max / mean | ring critical path / ideal "
+            "| ring_attention: score entries computed per rank | its critical path / ideal |"
+        ),
+        "|---|---|---|---|---|---|---|",
+    ]
+    for w in world_sizes:
+        for layout in LAYOUTS:
+            per = causal_pairs(seq_len, w, layout)  # type: ignore[arg-type]
+            steps = ring_step_pairs(seq_len, w, layout)  # type: ignore[arg-type]
+            mean = sum(per) / w
+            crit = sum(max(s) for s in steps)
+            done = ring_computed_entries(seq_len, w, layout)  # type: ignore[arg-type]
+            done_per = [sum(step[r] for step in done) for r in range(w)]
+            done_crit = sum(max(s) for s in done)
+            lines.append(
+                f"| {w} | {layout} | {', '.join(map(str, per))} | {max(per) / mean:.3f} | {crit / mean:.3f} "
+                f"| {', '.join(map(str, done_per))} | {done_crit / mean:.3f} |"
+            )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ropekit.distributed.balance", description=__doc__)
+    parser.add_argument("--seq-len", type=int, default=4096)
+    parser.add_argument("--world-size", type=int, nargs="+", default=[2, 4, 8])
+    args = parser.parse_args(argv)
+    print(report(args.seq_len, args.world_size))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,100 @@
+# SPDX-License-Identifier: MIT
+"""DeepSpeed-Ulysses all-to-all: sequence shards <-> head shards (Jacobs et al. 2023, arXiv 2309.14509).
+
+Outside attention every rank holds a sequence shard with all heads; :func:`seq_to_heads` turns that into the whole
+sequence with ``heads / W`` heads, attention runs locally, and :func:`heads_to_seq` goes back. RoPE is applied
+**before** :func:`seq_to_heads`, on the sequence shard, with the shard's global positions; the all-to-all moves
+rotated vectors and never changes a position. After :func:`seq_to_heads` the sequence is the concatenation of the
+ranks' shards in rank order: the global order for the "contiguous" layout, and for any other layout the order of
+``torch.cat([shard_positions(S, W, r, layout) for r in range(W)])``, which is then the causal mask's positions.
+
+Heads are split contiguously (rank j gets heads [j*h/W, (j+1)*h/W)), so with GQA and ``h_kv % W == 0`` the q
+heads of a rank read exactly the kv heads of that rank.
+
+Shapes (bshd): [b, s, h, d] with s = S / W  <->  [b, S, h / W, d].
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["heads_to_seq", "seq_to_heads"]
+
+
+def _world(group: Any) -> int:
+    if not (dist.is_available() and dist.is_initialized()):
+        if group is not None:
+            raise ValueError(f"group={group!r} was given but torch.distributed is not initialized")
+        return 1
+    return dist.get_world_size(group)
+
+
+def _a2a(x: torch.Tensor, group: Any, world: int, split: int, cat: int) -> torch.Tensor:
+    """Split x into W pieces along ``split``, send piece j to rank j, concatenate the received along ``cat``."""
+    if world == 1:
+        return x
+    send = torch.stack(x.chunk(world, dim=split)).contiguous()  # [W, ...]: piece j goes to rank j
+    recv = torch.empty_like(send)
+    dist.all_to_all_single(recv, send, group=group)
+    return torch.cat(recv.unbind(0), dim=cat)
+
+
+class _SeqToHeads(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, group: Any, world: int) -> torch.Tensor:
+        ctx.group, ctx.world = group, world
+        return _a2a(x, group, world, split=2, cat=1)
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:
+        return _a2a(g.contiguous(), ctx.group, ctx.world, split=1, cat=2), None, None
+
+
+class _HeadsToSeq(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, group: Any, world: int) -> torch.Tensor:
+        ctx.group, ctx.world = group, world
+        return _a2a(x, group, world, split=1, cat=2)
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:
+        return _a2a(g.contiguous(), ctx.group, ctx.world, split=2, cat=1), None, None
+
+
+def _check(x: object, name: str, dim: int, what: str, world: int) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() != 4:
+        raise ValueError(f"{name} must be bshd [batch, seq, heads, head_dim], got shape {tuple(x.shape)}")
+    if x.shape[dim] % world:
+        raise ValueError(f"{name} has {x.shape[dim]} {what}, not divisible by the group size {world}")
+    return x
+
+
+def seq_to_heads(x: torch.Tensor, group: dist.ProcessGroup | None = None) -> torch.Tensor:
+    """[b, s, h, d] sequence shard -> [b, W*s, h/W, d] (all ranks' shards in rank order, this rank's heads).
+
+    Differentiable (the backward is :func:`heads_to_seq`). Every rank of ``group`` must call it.
+
+    Raises:
+        ValueError: x not bshd, or heads not divisible by the group size.
+    """
+    world = _world(group)
+    _check(x, "x", 2, "heads", world)
+    out: torch.Tensor = _SeqToHeads.apply(x.contiguous(), group, world)  # type: ignore[no-untyped-call]
+    return out
+
+
+def heads_to_seq(x: torch.Tensor, group: dist.ProcessGroup | None = None) -> torch.Tensor:
+    """Inverse of :func:`seq_to_heads`: [b, W*s, h/W, d] -> [b, s, h, d]. Differentiable.
+
+    Raises:
+        ValueError: x not bshd, or sequence not divisible by the group size.
+    """
+    world = _world(group)
+    _check(x, "x", 1, "sequence entries", world)
+    out: torch.Tensor = _HeadsToSeq.apply(x.contiguous(), group, world)  # type: ignore[no-untyped-call]
+    return out
