@@ -23,6 +23,7 @@ from ropekit.lab.model import TinyLM
 
 __all__ = ["Progress", "TrainResult", "load_checkpoint", "save_checkpoint", "train"]
 
+PRECISIONS = ("fp32", "bf16")
 Batcher = Callable[[torch.Generator], tuple[torch.Tensor, torch.Tensor]]
 
 
@@ -121,8 +122,17 @@ def train(
     ckpt: Path | None = None,
     ckpt_every: int = 200,
     meta: dict | None = None,
+    precision: str = "fp32",
+    compile: bool = False,
 ) -> TrainResult:
-    """Train ``model`` for ``steps`` steps on batches from ``batcher(gen)``; resumes from ``ckpt`` if present."""
+    """Train ``model`` for ``steps`` steps on batches from ``batcher(gen)``; resumes from ``ckpt`` if present.
+
+    ``precision``: "fp32", or "bf16" (mixed: float32 weights, optimizer and loss; the linear layers' matmuls in
+    bfloat16 under ``torch.autocast``; attention and RoPE stay float32, see :mod:`ropekit.lab.model`).
+    ``compile``: train through ``torch.compile`` (the weights are shared with ``model``).
+    """
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
     meta = dict(meta or {}, steps=steps, seed=seed)
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
@@ -132,11 +142,13 @@ def train(
     warmup = max(1, min(100, steps // 10))
     prog, losses, tokens, t0 = Progress(steps, desc), [], 0, time.perf_counter()
     model.train()
+    fwd = torch.compile(model) if compile else model
     for step in range(start, steps):
         x, y = batcher(gen)
         for g in opt.param_groups:
             g["lr"] = _lr(step, steps, lr, warmup)
-        logits, _ = model(x)
+        with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+            logits, _ = fwd(x)
         loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
         opt.zero_grad(set_to_none=True)
         loss.backward()
