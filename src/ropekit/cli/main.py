@@ -71,7 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     pl = sub.add_parser(
         "lab", help="train small models with each positional encoding and test the seeds' claims"
     )
-    pl.add_argument("experiment", choices=("extrapolation", "scaling", "frequencies", "passkey", "invariance"))
+    pl.add_argument(
+        "experiment", choices=("extrapolation", "scaling", "frequencies", "passkey", "invariance")
+    )
     pl.add_argument(
         "--out",
         default="lab-results",
