@@ -9,6 +9,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from ropekit.lab.data import unigram_perplexity
 from ropekit.lab.evaluate import per_position_loss, perplexity
 from ropekit.lab.experiments.common import environment, md_table, prepare, trained_model, write_outputs
 from ropekit.lab.verdicts import above, below, greater, ordering
@@ -34,9 +35,10 @@ def run(
     train_len: int = 128,
     steps: int | None = None,
     corpus: str | None = None,
+    precision: str | None = None,
     encodings: tuple[str, ...] = ENCODINGS,
 ) -> dict[str, Any]:
-    b, data = prepare(quick, steps, tiny, corpus)
+    b, data = prepare(quick, steps, tiny, corpus, precision)
     mults = (1, 2, 4, 8)
     results, per_pos, throughput = [], {}, {}
     for enc in encodings:
@@ -67,6 +69,7 @@ def run(
         "train_len": train_len,
         "budget": b.__dict__,
         "corpus": data.source,
+        "unigram_ppl": unigram_perplexity(data.train, data.valid),
         "environment": environment(),
         "tokens_per_second": throughput,
         "results": results,
@@ -131,6 +134,12 @@ def _markdown(res: dict[str, Any], encodings: tuple[str, ...], mults: tuple[int,
         f"Throughput (tokens/s): {res['tokens_per_second']}. The learned table has {L} rows; positions past it reuse the last row.\n\n"
     )
     md += md_table(head, rows)
+    best = min(_mean(rs, e, L, "ppl") for e in encodings)
+    md += (
+        f"\nBaseline: the corpus's unigram byte perplexity is {res['unigram_ppl']:.2f}; the best model reaches "
+        f"{best:.2f} at 1x ({res['unigram_ppl'] / best:.1f}x lower). Budget: peak lr {res['budget']['lr']:g} "
+        f"(warm-up, cosine decay), {res['budget']['precision']} training, packed random windows.\n"
+    )
     md += "\nPublished (ALiBi Table 2, WikiText-103, 247M parameters, L_train 512; columns at L_valid/L_train = 1, ~2, ~5, ~15):\n\n"
     md += md_table(["encoding", "1x", "~2x", "~5x", "~15x"], [[k, *v] for k, v in PUBLISHED.items()])
     md += "\n## Claims\n\n" + "\n".join(f"- {c}" for c in _claims(rs, L, encodings)) + "\n"

@@ -2,7 +2,7 @@
 """``ropekit lab invariance``: what a rotation encoding does to the attention logit, measured without training --
 the evidence for seed 004's counter-examples (section 8.2 single frequency, section 8.3 dense rotation).
 
-For random Gaussian q, k (3 seeds of 256 pairs, the encodings' own float32 arithmetic, logits summed in float64):
+For random Gaussian q, k (3 seeds of 256 pairs, 64 with --quick, the encodings' own float32 arithmetic, logits summed in float64):
 
 - **shift error**: |logit(q at p + c, k at p + c - D) - logit(q at p, k at p - D)| relative to the logits' RMS,
   the largest over D in {1, 7, 100, 500} and c in {1, 100, 1000, 3000}. Relative encodings (RoPE, xPos, p-RoPE,
@@ -73,13 +73,30 @@ def confusability(
     return float(gap.flatten()[i]), i // max_distance, i % max_distance
 
 
-def run(out: Path, *, head_dim: int = 32, train_len: int = 128, seeds: int = 3, **_: Any) -> dict[str, Any]:
+def run(
+    out: Path,
+    *,
+    quick: bool = False,
+    seeds: int = 3,
+    train_len: int = 128,
+    head_dim: int = 32,
+    steps: int | None = None,
+    corpus: str | None = None,
+    precision: str | None = None,
+) -> dict[str, Any]:
+    """Measure every encoding of :data:`ENCODINGS` over ``seeds`` draws of q, k (64 pairs with ``quick``, else
+    256) at distances up to 8 x ``train_len``. Nothing is trained: ``steps``, ``corpus`` and ``precision`` are
+    refused rather than ignored."""
+    for name, val in (("steps", steps), ("corpus", corpus), ("precision", precision)):
+        if val is not None:
+            raise ValueError(f"invariance trains nothing: {name}={val!r} does not apply")
+    pairs = 64 if quick else 256
     rows = []
     for name in ENCODINGS:
         enc = _encoding(name, head_dim)
         for seed in range(seeds):
             g = torch.Generator().manual_seed(seed)
-            q, k = torch.randn(256, head_dim, generator=g), torch.randn(256, head_dim, generator=g)
+            q, k = torch.randn(pairs, head_dim, generator=g), torch.randn(pairs, head_dim, generator=g)
             conf, d1, d2 = confusability(enc, q, k, 8 * train_len)
             rows.append(
                 {

@@ -44,9 +44,12 @@ def run(
     train_len: int = 128,
     steps: int | None = None,
     corpus: str | None = None,
+    precision: str | None = None,
     encodings: tuple[str, ...] = ENCODINGS,
 ) -> dict[str, Any]:
-    b, data = prepare(quick, steps, tiny, corpus)  # the corpus is unused by the task (kept for symmetry)
+    b, data = prepare(
+        quick, steps, tiny, corpus, precision
+    )  # the corpus is unused by the task (kept for symmetry)
     trials = 3 if tiny else (10 if quick else 20)
     mults = (1, 2, 4) if tiny else (1, 2, 4, 8)
     rows, tput = [], {}

@@ -31,8 +31,9 @@ def run(
     train_len: int = 128,
     steps: int | None = None,
     corpus: str | None = None,
+    precision: str | None = None,
 ) -> dict[str, Any]:
-    b, data = prepare(quick, steps, tiny, corpus)
+    b, data = prepare(quick, steps, tiny, corpus, precision)
     mults = (1, 2, 4, 8)
     zero_shot, finetuned, tput = [], [], {}
     for seed in range(seeds):
@@ -74,6 +75,7 @@ def run(
                 steps=b.ft_steps,
                 seed=1000 + seed,
                 lr=3e-4,
+                precision=b.precision,
                 desc=f"[fine-tune {name} x4 seed {seed}]",
             )
             tput[f"finetune-{name}"] = round(r.tokens_per_second)

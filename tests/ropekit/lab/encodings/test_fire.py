@@ -39,4 +39,6 @@ def test_fire_interpolates_distances_into_the_unit_interval() -> None:
     pos = torch.arange(0, 4096, 37).view(1, -1)
     x = enc.normalized_distance(pos, pos)
     assert float(x.detach().min()) >= 0.0 and float(x.detach().max()) <= 1.0 + 1e-6
-    assert float(x[0, -1, 0].detach()) == pytest.approx(1.0, abs=1e-6)  # the farthest key of a query past L maps to 1
+    assert float(x[0, -1, 0].detach()) == pytest.approx(
+        1.0, abs=1e-6
+    )  # the farthest key of a query past L maps to 1
