@@ -97,7 +97,14 @@ def trained_model(
 def write_outputs(
     out: Path, name: str, result: dict[str, Any], markdown: str, plot: Callable[[Any], None] | None
 ) -> dict[str, str]:
-    """Write ``name``.json, ``name``.md and (with matplotlib) ``name``.png into ``out``; returns the paths."""
+    """Write ``name``.json, ``name``.md and (with matplotlib) ``name``.png into ``out``; returns the paths.
+    In data-parallel runs only rank 0 writes into ``out``; the other ranks write into a temporary folder."""
+    from ropekit.lab.distributed import is_main
+
+    if not is_main():
+        import tempfile
+
+        out = Path(tempfile.mkdtemp(prefix="ropekit-lab-rank-"))
     out.mkdir(parents=True, exist_ok=True)
     paths = {"json": str(out / f"{name}.json"), "markdown": str(out / f"{name}.md")}
     (out / f"{name}.json").write_text(json.dumps(result, indent=2, sort_keys=False) + "\n")
