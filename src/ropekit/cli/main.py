@@ -79,7 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     pl = sub.add_parser(
         "lab", help="train small models with each positional encoding and test the seeds' claims"
     )
-    pl.add_argument("experiment", choices=("extrapolation", "scaling", "frequencies", "passkey"))
+    pl.add_argument(
+        "experiment", choices=("extrapolation", "scaling", "frequencies", "passkey", "invariance")
+    )
     pl.add_argument(
         "--out",
         default="lab-results",
@@ -96,6 +98,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pl.add_argument(
         "--encodings", default=None, help="comma-separated encodings (extrapolation, passkey; default: all)"
+    )
+    pl.add_argument(
+        "--precision",
+        choices=("fp32", "bf16"),
+        default=None,
+        help="training precision: fp32, or bf16 (mixed: bf16 matmuls, float32 weights/attention/RoPE; "
+        "default bf16 with --quick, else fp32)",
     )
     pl.add_argument("--json", action="store_true", help="print the result JSON to stdout")
     pp = sub.add_parser("precision", help="phase error of ropekit vs the common float32 recipe, by position")
@@ -182,6 +191,8 @@ def _lab(args: argparse.Namespace) -> int:
                 f"--encodings {args.encodings!r}: known encodings are {', '.join(sorted(ENCODINGS))}"
             )
         kw["encodings"] = encs
+    if args.precision is not None:
+        kw["precision"] = args.precision
     res = EXPERIMENTS[args.experiment](
         Path(args.out),
         quick=args.quick,

@@ -5,6 +5,9 @@
   site-packages excluded), split into train and validation **by file**: a file goes to validation when
   crc32(relative path) % 10 == 0. Files are taken in the order of crc32(relative path) -- deterministic, and a
   spread over the whole library rather than its alphabetical start -- up to ``max_bytes``. Any text file or folder can be given instead (``path``).
+- :func:`unigram_perplexity`: the corpus's unigram byte perplexity, the baseline every experiment prints;
+- :func:`train_batch`: random windows of the concatenated files (sequence packing: windows run across file
+  boundaries, no padding);
 - :func:`passkey_batch`: a 5-digit pass key hidden at a chosen depth in repeated filler text; the model must
   produce the digits after "The pass key is " (Mohtashami & Jaggi 2023, "Landmark Attention", arXiv 2305.16300).
 - :func:`recall_batch`: associative recall: "k1=v1 k2=v2 ... ?kj=" -> vj.
@@ -14,6 +17,7 @@ Shapes: b batch, L length; tokens are int64 bytes 0..255.
 
 from __future__ import annotations
 
+import math
 import sysconfig
 import zlib
 from dataclasses import dataclass
@@ -21,7 +25,15 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["FILLER", "Corpus", "load_corpus", "passkey_batch", "recall_batch", "train_batch"]
+__all__ = [
+    "FILLER",
+    "Corpus",
+    "load_corpus",
+    "passkey_batch",
+    "recall_batch",
+    "train_batch",
+    "unigram_perplexity",
+]
 
 FILLER = b"The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
 
@@ -85,6 +97,14 @@ def load_corpus(path: str | None = None, *, max_bytes: int = 8_000_000) -> Corpu
         str(root),
         (nt, nv),
     )
+
+
+def unigram_perplexity(train: torch.Tensor, valid: torch.Tensor) -> float:
+    """Perplexity on ``valid`` of the byte unigram model of ``train`` (add-one smoothed counts): the baseline a
+    language model must beat by far to have learned anything beyond byte frequencies."""
+    counts = torch.bincount(train.long(), minlength=256).double() + 1.0
+    logp = (counts / counts.sum()).log()
+    return math.exp(-float(logp[valid.long()].mean()))
 
 
 def train_batch(

@@ -3,7 +3,13 @@
 ``scaled_dot_product_attention``, a KV cache, and a pluggable positional encoding (:mod:`ropekit.lab.encodings`).
 
 Every forward takes explicit positions; the causal mask is built from them (a key is visible when its position is
-<= the query's), so decoding with a cache, and RoPE offsets from it, need nothing special.
+<= the query's), so decoding with a cache, and RoPE offsets from it, need nothing special. Work that depends only
+on the positions -- RoPE's cos/sin tables, the mask and relative biases -- is done once per forward and shared by
+every layer (:class:`Step`). When the positions are the default ``0..s-1`` with no cache and no bias, the mask is
+exactly the causal one and SDPA's ``is_causal`` path is used instead of a materialised mask.
+
+Precision: attention and the rotation always run in float32 (exact phases; on CPU, SDPA in bfloat16 is also
+slower). Under ``torch.autocast`` (the trainer's ``precision="bf16"``) only the linear layers run in bfloat16.
 
 Shapes: b batch, s new tokens, t cached + new tokens, h heads, g kv heads, d head dim, D model width, V vocab.
 """
@@ -11,14 +17,16 @@ Shapes: b batch, s new tokens, t cached + new tokens, h heads, g kv heads, d hea
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ropekit.lab.encodings import build_encoding
+from ropekit.lab.encodings import TAKES_TRAIN_LEN, build_encoding
+from ropekit.lab.encodings.base import PositionalEncoding
 
-__all__ = ["KVCache", "LMConfig", "TinyLM"]
+__all__ = ["KVCache", "LMConfig", "Step", "TinyLM"]
 
 KVCache = list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]  # per layer: keys, values, key positions
 
@@ -42,6 +50,17 @@ class LMConfig:
         return asdict(self)
 
 
+@dataclass
+class Step:
+    """What every layer of one forward shares: positions [b, s], key positions [b, t], the additive mask
+    ([b or 1, 1 or h, s, t] float32, or None for the plain causal case) and the encoding's prepared state."""
+
+    positions: torch.Tensor
+    k_positions: torch.Tensor
+    mask: torch.Tensor | None
+    state: Any
+
+
 class RMSNorm(nn.Module):
     def __init__(self, d: int, eps: float = 1e-6) -> None:
         super().__init__()
@@ -63,38 +82,39 @@ class Attention(nn.Module):
         self.wo = nn.Linear(cfg.n_heads * hd, cfg.d_model, bias=False)
         self.last_attention: torch.Tensor | None = None  # filled when record=True (analysis)
 
-    def forward(self, x, positions, pe, cache=None, record=False):
+    def forward(
+        self,
+        x: torch.Tensor,
+        pe: PositionalEncoding,
+        st: Step,
+        cache: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+        record: bool = False,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
         b, s, _ = x.shape
         c, hd = self.cfg, self.cfg.head_dim
         q = self.wq(x).view(b, s, c.n_heads, hd)  # (b, s, h, d)
         k = self.wk(x).view(b, s, c.n_kv_heads, hd)
         v = self.wv(x).view(b, s, c.n_kv_heads, hd)
-        q, k = pe.rotate(q, k, positions)  # RoPE: q and the new keys at their own positions
-        k_pos = positions
-        if cache is not None:
-            k, v, k_pos = (
-                torch.cat([cache[0], k], 1),
-                torch.cat([cache[1], v], 1),
-                torch.cat([cache[2], positions], 1),
-            )
-        new_cache = (k, v, k_pos)
-        rep = c.n_heads // c.n_kv_heads
-        qh = q.transpose(1, 2)  # (b, h, s, d)
-        kh = k.repeat_interleave(rep, 2).transpose(1, 2)  # (b, h, t, d)
-        vh = v.repeat_interleave(rep, 2).transpose(1, 2)
-        visible = k_pos.unsqueeze(1) <= positions.unsqueeze(2)  # (b, s, t)
-        bias = pe.bias(positions, k_pos)  # (b, h, s, t) or None
-        mask = (
-            torch.zeros(visible.shape, dtype=q.dtype, device=x.device)
-            .masked_fill(~visible, float("-inf"))
-            .unsqueeze(1)
-        )
-        if bias is not None:
-            mask = mask + bias.to(q.dtype)
-        if record:
-            logits = (qh @ kh.transpose(-1, -2)) / hd**0.5 + mask
-            self.last_attention = logits.softmax(-1).detach()
-        out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask)
+        with torch.autocast(x.device.type, enabled=False):  # rotation and attention in float32
+            q, k, v = q.float(), k.float(), v.float()
+            q, k = pe.rotate(q, k, st.positions, st.state)  # q and the new keys at their own positions
+            if cache is not None:
+                k, v = torch.cat([cache[0], k], 1), torch.cat([cache[1], v], 1)
+            new_cache = (k, v, st.k_positions)
+            qh, kh, vh = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (b, h|g, s|t, d)
+            if record:
+                rep = c.n_heads // c.n_kv_heads
+                logits = qh @ kh.repeat_interleave(rep, 1).transpose(-1, -2) / hd**0.5
+                if st.mask is not None:
+                    logits = logits + st.mask
+                else:
+                    logits = logits.masked_fill(~torch.ones(s, s, dtype=torch.bool).tril(), float("-inf"))
+                self.last_attention = logits.softmax(-1).detach()
+            gqa = c.n_heads != c.n_kv_heads
+            if st.mask is None:
+                out = F.scaled_dot_product_attention(qh, kh, vh, is_causal=True, enable_gqa=gqa)
+            else:
+                out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=st.mask, enable_gqa=gqa)
         return self.wo(out.transpose(1, 2).reshape(b, s, -1)), new_cache
 
 
@@ -107,8 +127,15 @@ class Block(nn.Module):
         self.w3 = nn.Linear(cfg.d_model, cfg.ffn, bias=False)
         self.w2 = nn.Linear(cfg.ffn, cfg.d_model, bias=False)
 
-    def forward(self, x, positions, pe, cache=None, record=False):
-        h, new_cache = self.attn(self.attn_norm(x), positions, pe, cache, record)
+    def forward(
+        self,
+        x: torch.Tensor,
+        pe: PositionalEncoding,
+        st: Step,
+        cache: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+        record: bool = False,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        h, new_cache = self.attn(self.attn_norm(x), pe, st, cache, record)
         x = x + h
         y = self.ffn_norm(x)
         return x + self.w2(F.silu(self.w1(y)) * self.w3(y)), new_cache
@@ -120,7 +147,7 @@ class TinyLM(nn.Module):
     def __init__(self, cfg: LMConfig, **encoding_kw: object) -> None:
         super().__init__()
         self.cfg = cfg
-        if cfg.encoding == "learned":
+        if cfg.encoding in TAKES_TRAIN_LEN:
             encoding_kw.setdefault("max_positions", cfg.max_positions)
         self.pe = build_encoding(cfg.encoding, cfg.d_model, cfg.n_heads, cfg.head_dim, **encoding_kw)
         self.embed = nn.Embedding(cfg.vocab, cfg.d_model)
@@ -135,6 +162,26 @@ class TinyLM(nn.Module):
         if isinstance(m, (nn.Linear, nn.Embedding)) and not hasattr(m, "_lab_skip"):
             nn.init.normal_(m.weight, std=0.02)
 
+    def step(self, b: int, s: int, positions: torch.Tensor | None, cache: KVCache | None, dev: Any) -> Step:
+        """The per-forward shared state (see :class:`Step`); positions default to cache length + arange(s)."""
+        plain = positions is None and cache is None  # 0..s-1 for every row, nothing cached
+        if positions is None:
+            start = 0 if cache is None else int(cache[0][2][0, -1]) + 1
+            positions = torch.arange(start, start + s, device=dev).expand(b, s)
+        k_pos = positions if cache is None else torch.cat([cache[0][2], positions], 1)
+        # work that depends on positions only is done on one row when every row has the same positions
+        same = plain or (bool((positions == positions[:1]).all()) and bool((k_pos == k_pos[:1]).all()))
+        pq, pk = (positions[:1], k_pos[:1]) if same else (positions, k_pos)
+        bias = self.pe.bias(pq, pk)  # (b or 1, h, s, t) or None
+        mask = None
+        if not plain or bias is not None:
+            visible = pk.unsqueeze(1) <= pq.unsqueeze(2)  # (b or 1, s, t)
+            mask = torch.zeros(visible.shape, device=dev).masked_fill(~visible, float("-inf")).unsqueeze(1)
+            if bias is not None:
+                mask = mask + bias.float()
+        state = self.pe.prepare(pq)
+        return Step(positions, k_pos, mask, state)
+
     def forward(
         self,
         tokens: torch.Tensor,
@@ -142,17 +189,15 @@ class TinyLM(nn.Module):
         cache: KVCache | None = None,
         record: bool = False,
     ) -> tuple[torch.Tensor, KVCache]:
-        """tokens [b, s] -> logits [b, s, V]; positions default to cache length + arange(s)."""
+        """tokens [b, s] -> logits [b, s, V] (float32); positions default to cache length + arange(s)."""
         b, s = tokens.shape
-        if positions is None:
-            start = 0 if cache is None else int(cache[0][2][0, -1]) + 1
-            positions = torch.arange(start, start + s, device=tokens.device).expand(b, s)
-        x = self.pe.embed(self.embed(tokens), positions)
+        st = self.step(b, s, positions, cache, tokens.device)
+        x = self.pe.embed(self.embed(tokens), st.positions)
         new_cache: KVCache = []
         for i, blk in enumerate(self.blocks):
-            x, c = blk(x, positions, self.pe, None if cache is None else cache[i], record)
+            x, c = blk(x, self.pe, st, None if cache is None else cache[i], record)
             new_cache.append(c)
-        return self.norm(x) @ self.embed.weight.T, new_cache  # tied output embedding
+        return (self.norm(x) @ self.embed.weight.T).float(), new_cache  # tied output embedding
 
     @torch.no_grad()
     def generate(self, tokens: torch.Tensor, max_new: int) -> torch.Tensor:

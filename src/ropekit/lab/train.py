@@ -19,10 +19,12 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from ropekit.lab.distributed import world
 from ropekit.lab.model import TinyLM
 
 __all__ = ["Progress", "TrainResult", "load_checkpoint", "save_checkpoint", "train"]
 
+PRECISIONS = ("fp32", "bf16")
 Batcher = Callable[[torch.Generator], tuple[torch.Tensor, torch.Tensor]]
 
 
@@ -121,8 +123,20 @@ def train(
     ckpt: Path | None = None,
     ckpt_every: int = 200,
     meta: dict | None = None,
+    precision: str = "fp32",
+    compile: bool = False,
 ) -> TrainResult:
-    """Train ``model`` for ``steps`` steps on batches from ``batcher(gen)``; resumes from ``ckpt`` if present."""
+    """Train ``model`` for ``steps`` steps on batches from ``batcher(gen)``; resumes from ``ckpt`` if present.
+
+    ``precision``: "fp32", or "bf16" (mixed: float32 weights, optimizer and loss; the linear layers' matmuls in
+    bfloat16 under ``torch.autocast``; attention and RoPE stay float32, see :mod:`ropekit.lab.model`).
+    ``compile``: train through ``torch.compile`` (the weights are shared with ``model``).
+    """
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    rank, size = world()  # data-parallel under torchrun (see ropekit.lab.distributed)
+    if size > 1 and compile:
+        raise ValueError("compile=True is not supported with data-parallel training; use one or the other")
     meta = dict(meta or {}, steps=steps, seed=seed)
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
@@ -132,21 +146,38 @@ def train(
     warmup = max(1, min(100, steps // 10))
     prog, losses, tokens, t0 = Progress(steps, desc), [], 0, time.perf_counter()
     model.train()
+    fwd = torch.compile(model) if compile else model
+    if size > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        fwd = DistributedDataParallel(model)
     for step in range(start, steps):
-        x, y = batcher(gen)
+        x, y = batcher(gen)  # the global batch, the same on every rank
+        if size > 1:
+            if x.shape[0] % size:
+                raise ValueError(
+                    f"the batch of {x.shape[0]} rows does not split evenly over {size} processes"
+                )
+            x, y = x.chunk(size)[rank], y.chunk(size)[rank]
         for g in opt.param_groups:
             g["lr"] = _lr(step, steps, lr, warmup)
-        logits, _ = model(x)
+        with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+            logits, _ = fwd(x)
         loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        tokens += x.numel()
-        losses.append(loss.detach().item())
+        tokens += x.numel() * size
+        val = loss.detach()
+        if size > 1:
+            torch.distributed.all_reduce(val)
+            val = val / size
+        losses.append(val.item())
         el = time.perf_counter() - t0
-        prog.update(step + 1, f"loss {losses[-1]:.3f} {tokens / max(el, 1e-9):,.0f} tok/s")
-        if ckpt is not None and ((step + 1) % ckpt_every == 0 or step + 1 == steps):
+        if rank == 0:
+            prog.update(step + 1, f"loss {losses[-1]:.3f} {tokens / max(el, 1e-9):,.0f} tok/s")
+        if rank == 0 and ckpt is not None and ((step + 1) % ckpt_every == 0 or step + 1 == steps):
             save_checkpoint(ckpt, model, opt, step + 1, gen, meta)
     model.eval()
     el = time.perf_counter() - t0

@@ -77,3 +77,38 @@ def test_resumed_training_equals_uninterrupted(tmp_path: Path) -> None:
     assert res.resumed_from == 3
     for (n, a), (_, b) in zip(straight.state_dict().items(), resumed.state_dict().items(), strict=True):
         assert torch.equal(a, b), n
+
+
+def test_folder_corpus_is_split_by_file(tmp_path: Path) -> None:
+    """--corpus FOLDER: every file under it (any extension), whole files to train or validation by crc32."""
+    import zlib
+
+    texts = {}
+    for i in range(40):
+        sub = tmp_path / f"d{i % 3}"
+        sub.mkdir(exist_ok=True)
+        f = sub / f"part{i}.txt"
+        texts[f] = (f"document {i} " * (50 + i)).encode()
+        f.write_bytes(texts[f])
+    c = load_corpus(str(tmp_path))
+    valid = [f for f in texts if zlib.crc32(str(f.relative_to(tmp_path)).encode()) % 10 == 0]
+    assert c.files == (40 - len(valid), len(valid)) and len(valid) > 0
+    assert c.valid.numel() == sum(len(texts[f]) + 1 for f in valid)  # each file plus a newline
+    assert c.train.numel() + c.valid.numel() == sum(len(t) + 1 for t in texts.values())
+    for f in valid:
+        assert texts[f] in bytes(c.valid.tolist())
+
+
+def test_unigram_perplexity_matches_counts() -> None:
+    import collections
+    import math
+
+    from ropekit.lab.data import unigram_perplexity
+
+    train, valid = b"abracadabra" * 3, b"abcabd"
+    counts = collections.Counter(train)
+    total = len(train) + 256  # add-one over 256 byte values
+    nll = -sum(math.log((counts[b] + 1) / total) for b in valid) / len(valid)
+    t = torch.frombuffer(bytearray(train), dtype=torch.uint8)
+    v = torch.frombuffer(bytearray(valid), dtype=torch.uint8)
+    assert unigram_perplexity(t, v) == pytest.approx(math.exp(nll), rel=1e-12)

@@ -5,11 +5,15 @@ Positions are explicit global ids everywhere (as in ropekit itself): ``positions
 forward, ``k_positions`` [b, t] for the keys (cache + new tokens).
 
 - ``embed(x, positions)``: absolute encodings add to the token embeddings (sinusoidal, learned);
-- ``rotate(q, k, q_positions, k_positions)``: RoPE rotates q and the new keys ([b, s, h, d]);
-- ``bias(q_positions, k_positions)``: relative biases add to attention logits ([b, h, s, t]: ALiBi, T5).
+- ``prepare(positions)``: work that depends only on the positions (RoPE's cos/sin tables), done once per forward
+  and handed to every layer's ``rotate`` as ``state``; ``positions`` may be a single row [1, s] shared by the batch;
+- ``rotate(q, k, positions, state)``: rotations of q and the new keys ([b, s, h, d]: RoPE, xPos, ...);
+- ``bias(q_positions, k_positions)``: relative biases added to attention logits ([b, h, s, t]: ALiBi, T5, ...).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 from torch import nn
@@ -28,8 +32,11 @@ class PositionalEncoding(nn.Module):
     def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         return x
 
+    def prepare(self, positions: torch.Tensor) -> Any:
+        return None
+
     def rotate(
-        self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor
+        self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, state: Any = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         return q, k
 

@@ -1,13 +1,21 @@
 # SPDX-License-Identifier: MIT
 """RoPE through ropekit (Su et al. 2021, RoFormer): any RopeSpec -- partial rotary, p-RoPE (Barbero et al. 2025),
-and scaling schemes swapped in at inference (``set_spec``) for the scaling experiment."""
+and scaling schemes swapped in at inference (``set_spec``) for the scaling experiment.
+
+The exact cos/sin tables are computed once per forward (``prepare``) and every layer rotates with them
+(:func:`ropekit.apply_rope_tables`); ``rotate`` without a prepared state computes them itself (:func:`apply_rope`).
+Shapes: q [b, s, h, d], k [b, s, g, d], positions [b, s] or [1, s], tables [s, d_rot/2] or [b, s, d_rot/2].
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 
 from ropekit.lab.encodings.base import PositionalEncoding
-from ropekit.rotation.apply import apply_rope
+from ropekit.phases import rope_tables
+from ropekit.rotation.apply import apply_rope, apply_rope_tables
 from ropekit.spec import RopeSpec
 
 __all__ = ["RoPE"]
@@ -28,8 +36,15 @@ class RoPE(PositionalEncoding):
             raise ValueError(f"spec.head_dim={spec.head_dim} must equal the model's head_dim={self.head_dim}")
         self.spec = spec
 
+    def prepare(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        pos = positions.reshape(-1) if positions.dim() == 2 and positions.shape[0] == 1 else positions
+        return rope_tables(pos, self.spec)  # float32, exact phases
+
     def rotate(
-        self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor
+        self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, state: Any = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        qr, kr = apply_rope(q, k, positions, self.spec, format="bshd")
+        if state is None:
+            qr, kr = apply_rope(q, k, positions, self.spec, format="bshd")
+        else:
+            qr, kr = apply_rope_tables(q, k, state[0], state[1], self.spec, format="bshd")
         return qr, kr  # type: ignore[return-value]

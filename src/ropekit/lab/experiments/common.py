@@ -15,7 +15,7 @@ import torch
 
 from ropekit.lab.data import Corpus, train_batch
 from ropekit.lab.model import LMConfig, TinyLM
-from ropekit.lab.train import TrainResult, train
+from ropekit.lab.train import PRECISIONS, TrainResult, train
 
 __all__ = ["Budget", "budget", "environment", "md_table", "prepare", "trained_model", "write_outputs"]
 
@@ -26,21 +26,30 @@ class Budget:
     batch: int  # sequences per step (batch * train_len tokens)
     eval_tokens: int  # tokens per perplexity evaluation
     ft_steps: int  # fine-tuning steps (scaling)
+    lr: float = 1e-3  # peak learning rate (linear warm-up over 10% of the steps, then cosine decay to 10%)
+    precision: str = "fp32"  # the trainer's precision: "fp32" or "bf16" (mixed; see ropekit.lab.train)
 
 
-def budget(quick: bool, steps: int | None = None, tiny: bool = False) -> Budget:
-    if tiny:  # tests
-        return Budget(steps or 4, 4, 1024, 2)
+def budget(quick: bool, steps: int | None = None, tiny: bool = False, precision: str | None = None) -> Budget:
+    """Budgets: tiny (tests), quick (a few minutes: 300 steps of 32 x 128 bytes at peak lr 3e-3, bf16-mixed
+    matmuls), full (800 steps at 1e-3, float32 -- the settings of the committed full runs)."""
+    if precision is not None and precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if tiny:
+        return Budget(steps or 4, 4, 1024, 2, 1e-3, precision or "fp32")
     if quick:
-        return Budget(steps or 100, 32, 8192, 20)
-    return Budget(steps or 800, 32, 65536, 100)
+        return Budget(steps or 300, 32, 16384, 40, 3e-3, precision or "bf16")
+    return Budget(steps or 800, 32, 65536, 100, 1e-3, precision or "fp32")
 
 
-def prepare(quick: bool, steps: int | None, tiny: bool, corpus: str | None) -> tuple[Budget, Corpus]:
+def prepare(
+    quick: bool, steps: int | None, tiny: bool, corpus: str | None, precision: str | None = None
+) -> tuple[Budget, Corpus]:
     """The budget and the corpus every experiment starts from (a small corpus cap for the tiny test budget)."""
     from ropekit.lab.data import load_corpus
 
-    return budget(quick, steps, tiny), load_corpus(corpus, max_bytes=400_000 if tiny else 8_000_000)
+    b = budget(quick, steps, tiny, precision)
+    return b, load_corpus(corpus, max_bytes=400_000 if tiny else 8_000_000)
 
 
 def environment() -> dict[str, Any]:
@@ -68,14 +77,17 @@ def trained_model(
     torch.manual_seed(seed)
     model = TinyLM(LMConfig(encoding=encoding, max_positions=train_len), **encoding_kw)
     tag = tag or encoding
-    ckpt = out / "ckpt" / f"{tag}-L{train_len}-n{b.steps}-s{seed}.safetensors"
+    suffix = "" if (b.lr, b.precision) == (1e-3, "fp32") else f"-lr{b.lr:g}-{b.precision}"
+    ckpt = out / "ckpt" / f"{tag}-L{train_len}-n{b.steps}-s{seed}{suffix}.safetensors"
     batcher = batcher or (lambda g: train_batch(corpus.train, b.batch, train_len, g))
     res = train(
         model,
         batcher,
         steps=b.steps,
         seed=seed,
-        desc=f"[{tag} seed {seed}]",
+        lr=b.lr,
+        precision=b.precision,
+        desc=f"[{tag} seed {seed} {b.precision}]",
         ckpt=ckpt,
         meta={"encoding": encoding, "train_len": train_len, "tag": tag},
     )
@@ -85,7 +97,14 @@ def trained_model(
 def write_outputs(
     out: Path, name: str, result: dict[str, Any], markdown: str, plot: Callable[[Any], None] | None
 ) -> dict[str, str]:
-    """Write ``name``.json, ``name``.md and (with matplotlib) ``name``.png into ``out``; returns the paths."""
+    """Write ``name``.json, ``name``.md and (with matplotlib) ``name``.png into ``out``; returns the paths.
+    In data-parallel runs only rank 0 writes into ``out``; the other ranks write into a temporary folder."""
+    from ropekit.lab.distributed import is_main
+
+    if not is_main():
+        import tempfile
+
+        out = Path(tempfile.mkdtemp(prefix="ropekit-lab-rank-"))
     out.mkdir(parents=True, exist_ok=True)
     paths = {"json": str(out / f"{name}.json"), "markdown": str(out / f"{name}.md")}
     (out / f"{name}.json").write_text(json.dumps(result, indent=2, sort_keys=False) + "\n")

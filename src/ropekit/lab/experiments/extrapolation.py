@@ -9,8 +9,10 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from ropekit.lab.data import unigram_perplexity
 from ropekit.lab.evaluate import per_position_loss, perplexity
 from ropekit.lab.experiments.common import environment, md_table, prepare, trained_model, write_outputs
+from ropekit.lab.verdicts import above, below, greater, ordering
 
 __all__ = ["ENCODINGS", "run"]
 
@@ -33,9 +35,10 @@ def run(
     train_len: int = 128,
     steps: int | None = None,
     corpus: str | None = None,
+    precision: str | None = None,
     encodings: tuple[str, ...] = ENCODINGS,
 ) -> dict[str, Any]:
-    b, data = prepare(quick, steps, tiny, corpus)
+    b, data = prepare(quick, steps, tiny, corpus, precision)
     mults = (1, 2, 4, 8)
     results, per_pos, throughput = [], {}, {}
     for enc in encodings:
@@ -66,6 +69,7 @@ def run(
         "train_len": train_len,
         "budget": b.__dict__,
         "corpus": data.source,
+        "unigram_ppl": unigram_perplexity(data.train, data.valid),
         "environment": environment(),
         "tokens_per_second": throughput,
         "results": results,
@@ -102,45 +106,96 @@ def _markdown(res: dict[str, Any], encodings: tuple[str, ...], mults: tuple[int,
         f"Throughput (tokens/s): {res['tokens_per_second']}. The learned table has {L} rows; positions past it reuse the last row.\n\n"
     )
     md += md_table(head, rows)
+    best = min(_mean(rs, e, L, "ppl") for e in encodings)
+    md += (
+        f"\nBaseline: the corpus's unigram byte perplexity is {res['unigram_ppl']:.2f}; the best model reaches "
+        f"{best:.2f} at 1x ({res['unigram_ppl'] / best:.1f}x lower). Budget: peak lr {res['budget']['lr']:g} "
+        f"(warm-up, cosine decay), {res['budget']['precision']} training, packed random windows.\n"
+    )
     md += "\nPublished (ALiBi Table 2, WikiText-103, 247M parameters, L_train 512; columns at L_valid/L_train = 1, ~2, ~5, ~15):\n\n"
     md += md_table(["encoding", "1x", "~2x", "~5x", "~15x"], [[k, *v] for k, v in PUBLISHED.items()])
     md += "\n## Claims\n\n" + "\n".join(f"- {c}" for c in _claims(rs, L, encodings)) + "\n"
     return md
 
 
+def ratios(rs: list[dict], enc: str, L: int, m: int, key: str = "ppl") -> list[float]:
+    """Degradation per seed: ppl at m x the training length divided by ppl at 1x (same seed)."""
+    by_seed = {r["seed"]: r for r in rs if r["encoding"] == enc and r["eval_len"] == L}
+    return [r[key] / by_seed[r["seed"]][key] for r in rs if r["encoding"] == enc and r["eval_len"] == m * L]
+
+
 def _claims(rs: list[dict], L: int, encodings: tuple[str, ...]) -> list[str]:
+    """The seeds' claims, each judged on ppl(n x)/ppl(1x) per seed (:mod:`ropekit.lab.verdicts`)."""
     have = set(encodings)
-    r = {e: {m: _mean(rs, e, m * L, "ppl") for m in (1, 2, 4, 8)} for e in encodings}
+
+    def q(enc: str, m: int) -> tuple[str, list[float]]:
+        return enc, ratios(rs, enc, L, m)
+
     out = []
-
-    def say(text: str, ok: bool) -> None:
-        out.append(f"{text}: {'**reproduced**' if ok else '**not reproduced** at this scale'}")
-
     if "learned" in have:
-        say(
-            f"learned absolute positions cannot go past their table (ppl 1x {r['learned'][1]:.2f} -> 2x {r['learned'][2]:.2f})",
-            r["learned"][2] > 1.2 * r["learned"][1],
+        out.append(
+            above(
+                "learned absolute positions break past their table (seed 003)",
+                "ppl(2x)/ppl(1x) of learned",
+                q("learned", 2)[1],
+                1.2,
+            )
         )
     if {"sinusoidal", "rope"} <= have:
-        say(
-            f"sinusoidal extrapolates worse than RoPE (4x: {r['sinusoidal'][4]:.2f} vs {r['rope'][4]:.2f})",
-            r["sinusoidal"][4] > r["rope"][4],
+        out.append(
+            greater(
+                "sinusoidal extrapolates worse than RoPE (ALiBi Table 2)",
+                "ppl(4x)/ppl(1x)",
+                q("sinusoidal", 4),
+                q("rope", 4),
+            )
         )
     if "rope" in have:
-        say(
-            f"RoPE degrades beyond the trained length (ppl 1x {r['rope'][1]:.2f} -> 8x {r['rope'][8]:.2f})",
-            r["rope"][8] > 1.2 * r["rope"][1],
+        out.append(
+            above("RoPE degrades beyond the trained length", "ppl(8x)/ppl(1x) of rope", q("rope", 8)[1], 1.2)
         )
-    if "alibi" in have:
-        say(
-            f"ALiBi extrapolates (ppl 1x {r['alibi'][1]:.2f} -> 8x {r['alibi'][8]:.2f}, within 10%)",
-            r["alibi"][8] <= 1.1 * r["alibi"][1],
-        )
+    for enc, paper in (("alibi", "Press et al. 2022"), ("kerple-log", "Chi et al. 2022")):
+        if enc in have:
+            out.append(
+                below(
+                    f"{enc} extrapolates: within 10% of its 1x perplexity at 8x ({paper})",
+                    f"ppl(8x)/ppl(1x) of {enc}",
+                    q(enc, 8)[1],
+                    1.1,
+                )
+            )
+    for better in ("alibi", "nope"):
+        if {better, "rope"} <= have:
+            out.append(
+                greater(
+                    f"{better} degrades less than RoPE at 2x (Kazemnejad et al. 2023; Press et al. 2022)",
+                    "ppl(2x)/ppl(1x)",
+                    q("rope", 2),
+                    q(better, 2),
+                )
+            )
+    for enc in ("xpos", "fire"):
+        if {enc, "rope"} <= have:
+            out.append(
+                greater(f"{enc} degrades less than RoPE at 4x", "ppl(4x)/ppl(1x)", q("rope", 4), q(enc, 4))
+            )
+    for enc in ("single-frequency", "dense-rotation"):
+        if {enc, "rope"} <= have:
+            out.append(
+                greater(
+                    f"seed 004's counter-example {enc} extrapolates worse than RoPE at 2x",
+                    "ppl(2x)/ppl(1x)",
+                    q(enc, 2),
+                    q("rope", 2),
+                )
+            )
     order = [e for e in ("alibi", "t5", "rope", "sinusoidal") if e in have]
     if len(order) == 4:
-        measured = sorted(order, key=lambda e: r[e][4])
-        say(
-            f"ordering at 4x ALiBi < T5 < RoPE < sinusoidal (measured: {' < '.join(measured)})",
-            measured == order,
+        out.append(
+            ordering(
+                "degradation at 4x orders ALiBi < T5 < RoPE < sinusoidal (ALiBi Table 2)",
+                "ppl(4x)/ppl(1x)",
+                [q(e, 4) for e in order],
+            )
         )
-    return out
+    return [v.line() for v in out]

@@ -103,8 +103,9 @@ def run(
     train_len: int = 128,
     steps: int | None = None,
     corpus: str | None = None,
+    precision: str | None = None,
 ) -> dict[str, Any]:
-    b, data = prepare(quick, steps, tiny, corpus)
+    b, data = prepare(quick, steps, tiny, corpus, precision)
     g = torch.Generator().manual_seed(123)
     val_tokens, _ = train_batch(data.valid, 8 if not tiny else 2, train_len, g)
     sweep = []

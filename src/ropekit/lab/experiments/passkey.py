@@ -17,6 +17,7 @@ import torch
 
 from ropekit.lab.data import passkey_batch
 from ropekit.lab.experiments.common import environment, md_table, prepare, trained_model, write_outputs
+from ropekit.lab.verdicts import above, below
 
 __all__ = ["accuracy", "run"]
 
@@ -44,9 +45,12 @@ def run(
     train_len: int = 128,
     steps: int | None = None,
     corpus: str | None = None,
+    precision: str | None = None,
     encodings: tuple[str, ...] = ENCODINGS,
 ) -> dict[str, Any]:
-    b, data = prepare(quick, steps, tiny, corpus)  # the corpus is unused by the task (kept for symmetry)
+    b, data = prepare(
+        quick, steps, tiny, corpus, precision
+    )  # the corpus is unused by the task (kept for symmetry)
     trials = 3 if tiny else (10 if quick else 20)
     mults = (1, 2, 4) if tiny else (1, 2, 4, 8)
     rows, tput = [], {}
@@ -97,32 +101,7 @@ def run(
         "tokens, PI the full 8192 after 200 steps; YaRN Table 5: YaRN-7B s32 99.4% up to 128k. Kazemnejad et al. "
         "(synthetic tasks, train <= 20, test 2x): NoPE generalises best, RoPE poorly.\n\n## Claims\n\n"
     )
-    have = set(encodings)
-    claims = []
-    if {"rope"} <= have:
-        claims.append(
-            (
-                (
-                    f"RoPE retrieves in-distribution but fails past its length (1x {mean('rope', train_len):.2f}, "
-                    f"{mults[-1]}x {mean('rope', mults[-1] * train_len):.2f})"
-                ),
-                mean("rope", train_len) >= 0.5
-                and mean("rope", mults[-1] * train_len) < mean("rope", train_len),
-            )
-        )
-    if {"alibi"} <= have:
-        claims.append(
-            (
-                f"ALiBi's local bias does not give long-range retrieval ({mults[-1]}x: {mean('alibi', mults[-1] * train_len):.2f})",
-                mean("alibi", mults[-1] * train_len) < 0.5,
-            )
-        )
-    md += (
-        "\n".join(
-            f"- {t}: {'**reproduced**' if ok else '**not reproduced** at this scale'}" for t, ok in claims
-        )
-        + "\n"
-    )
+    md += "\n".join(f"- {line}" for line in _claims(rows, encodings, train_len, mults[-1])) + "\n"
     if all(mean(e, train_len) < 0.5 for e in encodings):
         md += "\nNo encoding learned the task in-distribution with this budget, so the length claims are not testable here.\n"
 
@@ -138,3 +117,34 @@ def run(
 def _batch(batch: int, length: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     tokens, _, _ = passkey_batch(batch, length + 1, g)
     return tokens[:, :-1], tokens[:, 1:]
+
+
+def _claims(rows: list[dict], encodings: tuple[str, ...], L: int, top: int) -> list[str]:
+    """Claims judged per seed on the retrieval accuracy (:mod:`ropekit.lab.verdicts`)."""
+
+    def acc(enc: str, length: int) -> list[float]:
+        return [r["accuracy"] for r in rows if r["encoding"] == enc and r["length"] == length]
+
+    out = []
+    if "rope" in encodings:
+        out.append(
+            above("RoPE retrieves the key in-distribution", "accuracy at 1x of rope", acc("rope", L), 0.5)
+        )
+        out.append(
+            below(
+                "RoPE fails past its training length",
+                f"accuracy at {top}x of rope",
+                acc("rope", top * L),
+                0.5,
+            )
+        )
+    if "alibi" in encodings:
+        out.append(
+            below(
+                "ALiBi's local bias does not give long-range retrieval",
+                f"accuracy at {top}x of alibi",
+                acc("alibi", top * L),
+                0.5,
+            )
+        )
+    return [v.line() for v in out]

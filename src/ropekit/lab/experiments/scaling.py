@@ -15,6 +15,7 @@ from ropekit.lab.data import train_batch
 from ropekit.lab.evaluate import perplexity
 from ropekit.lab.experiments.common import environment, md_table, prepare, trained_model, write_outputs
 from ropekit.lab.train import train
+from ropekit.lab.verdicts import above, below, greater
 
 __all__ = ["SCHEMES", "run"]
 
@@ -30,8 +31,9 @@ def run(
     train_len: int = 128,
     steps: int | None = None,
     corpus: str | None = None,
+    precision: str | None = None,
 ) -> dict[str, Any]:
-    b, data = prepare(quick, steps, tiny, corpus)
+    b, data = prepare(quick, steps, tiny, corpus, precision)
     mults = (1, 2, 4, 8)
     zero_shot, finetuned, tput = [], [], {}
     for seed in range(seeds):
@@ -73,6 +75,7 @@ def run(
                 steps=b.ft_steps,
                 seed=1000 + seed,
                 lr=3e-4,
+                precision=b.precision,
                 desc=f"[fine-tune {name} x4 seed {seed}]",
             )
             tput[f"finetune-{name}"] = round(r.tokens_per_second)
@@ -130,28 +133,62 @@ def _markdown(res: dict[str, Any], mults: tuple[int, ...]) -> str:
         "YaRN 3.50 at 4096. LongRoPE Table 1 (LLaMA2-7B, no fine-tuning, PG19 8k): PI 10.65, Dynamic-NTK 10.21, "
         "YaRN 32.64.\n\n## Claims\n\n"
     )
-    z = {n: {m: _mean(zs, n, m * L) for m in mults} for n in SCHEMES}
-    f = {n: _mean(ft, n, 4 * L) for n in SCHEMES}
-    claims = []
+    return md + "\n".join(_claims(zs, ft, L)) + "\n"
 
-    def say(text: str, ok: bool) -> None:
-        claims.append(f"- {text}: {'**reproduced**' if ok else '**not reproduced** at this scale'}")
 
-    say(
-        f"every scheme beats unscaled RoPE zero-shot at 4x (unscaled {z['none'][4]:.2f}; best "
-        f"{min((z[n][4], n) for n in SCHEMES if n != 'none')[1]} {min(z[n][4] for n in SCHEMES if n != 'none'):.2f})",
-        all(z[n][4] < z["none"][4] for n in SCHEMES if n != "none"),
+def _ppl(rows: list[dict], scheme: str, L: int) -> dict[int, float]:
+    return {r["seed"]: r["ppl"] for r in rows if r["scheme"] == scheme and r["eval_len"] == L}
+
+
+def recovered(zs: list[dict], rows: list[dict], scheme: str, L: int, m: int) -> list[float] | None:
+    """Per seed, the fraction of unscaled RoPE's degradation at m x that ``scheme`` (from ``rows``) recovers:
+    (ppl_none(mL) - ppl_scheme(mL)) / (ppl_none(mL) - ppl(L)); 1 = back to the in-distribution perplexity,
+    0 = no better than unscaled. None when unscaled RoPE did not degrade (nothing to recover)."""
+    base, none, got = _ppl(zs, "none", L), _ppl(zs, "none", m * L), _ppl(rows, scheme, m * L)
+    if any(none[s] <= base[s] for s in got):
+        return None
+    return [(none[s] - got[s]) / (none[s] - base[s]) for s in sorted(got)]
+
+
+def _claims(zs: list[dict], ft: list[dict], L: int) -> list[str]:
+    """The claims, each judged per seed on the fraction of the degradation recovered (:mod:`ropekit.lab.verdicts`)."""
+    out: list[str] = []
+    rec = {(n, m): recovered(zs, zs, n, L, m) for n in SCHEMES for m in (2, 4)}
+    if any(v is None for v in rec.values()):
+        return [
+            "- unscaled RoPE did not degrade at 2x or 4x on some seed: there is nothing to recover, no verdicts"
+        ]
+    for n in SCHEMES[1:]:
+        out.append(
+            above(
+                f"{n} beats unscaled RoPE zero-shot at 4x", f"recovered(4x) by {n}", rec[(n, 4)] or [], 0.0
+            ).line()
+        )
+    out.append(
+        greater(
+            "NTK-aware beats PI zero-shot at 2x (YaRN sec. 3; LongRoPE Table 1)",
+            "recovered(2x)",
+            ("ntk", rec[("ntk", 2)] or []),
+            ("linear", rec[("linear", 2)] or []),
+        ).line()
     )
-    say(
-        f"NTK-aware beats PI zero-shot at 2x (NTK {z['ntk'][2]:.2f} vs PI {z['linear'][2]:.2f})",
-        z["ntk"][2] < z["linear"][2],
+    ft_pi = recovered(zs, ft, "linear", L, 4)
+    if ft_pi is not None:
+        out.append(
+            above(
+                "a short fine-tune makes PI good at 4x (PI Table 3)",
+                "recovered(4x) by PI after fine-tuning",
+                ft_pi,
+                0.9,
+            ).line()
+        )
+    pi, yarn = _ppl(ft, "linear", 4 * L), _ppl(ft, "yarn", 4 * L)
+    out.append(
+        below(
+            "after fine-tuning YaRN is at least as good as PI at 4x (YaRN Table 1)",
+            "ppl_yarn(4x)/ppl_PI(4x) after fine-tuning",
+            [yarn[s] / pi[s] for s in sorted(pi)],
+            1.01,
+        ).line()
     )
-    say(
-        f"a short fine-tune makes PI good at 4x (zero-shot {z['linear'][4]:.2f} -> {f['linear']:.2f}, unscaled fine-tune {f['none']:.2f})",
-        f["linear"] < z["linear"][4] and f["linear"] <= f["none"] * 1.05,
-    )
-    say(
-        f"after fine-tuning YaRN is at least as good as PI at 4x ({f['yarn']:.2f} vs {f['linear']:.2f})",
-        f["yarn"] <= f["linear"] * 1.01,
-    )
-    return md + "\n".join(claims) + "\n"
+    return [f"- {line}" for line in out]

@@ -1,0 +1,39 @@
+# SPDX-License-Identifier: MIT
+"""Data-parallel training for the lab on an existing engine: ``torch.distributed`` with DistributedDataParallel,
+the gloo backend on CPU (NCCL where CUDA is used). Launch any lab command under torchrun, e.g.
+
+    torchrun --nproc_per_node 2 -m ropekit.lab extrapolation --quick
+
+Every rank draws the same global batch from the same seeded generator and trains on its contiguous share
+(batch / world size rows); DDP averages the gradients, so with equal shares each step is the step of one process
+on the global batch (loss curves equal within float rounding; ``tests/ropekit/lab/test_distributed.py``).
+Only rank 0 prints progress and writes checkpoints and results.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["is_main", "setup", "world"]
+
+
+def setup() -> tuple[int, int]:
+    """Join the process group torchrun describes (``WORLD_SIZE`` > 1 in the environment); returns (rank, size)."""
+    size = int(os.environ.get("WORLD_SIZE", "1"))
+    if size > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    return world()
+
+
+def world() -> tuple[int, int]:
+    """(rank, world size) of the initialised process group, (0, 1) without one."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def is_main() -> bool:
+    return world()[0] == 0
