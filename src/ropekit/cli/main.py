@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from ropekit.analysis.compare import SCHEMES
+from ropekit.analysis.threads import single_thread
 from ropekit.cli import inspect_cmd, precision_cmd
 from ropekit.cli.presets_cmd import list_presets
 from ropekit.cli.source import add_source_args, resolve_views
@@ -162,15 +163,18 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
-        if args.command == "presets":
-            return list_presets(as_json=args.json, out=sys.stdout)
-        if args.command == "inspect":
-            return _inspect(args)
+        if args.command in ("presets", "inspect", "precision"):
+            with single_thread():  # thousands of small tensor ops: threads only add synchronisation
+                if args.command == "presets":
+                    return list_presets(as_json=args.json, out=sys.stdout)
+                if args.command == "inspect":
+                    return _inspect(args)
+                return _precision(args)
         if args.command == "bench":
             return _bench(args)
         if args.command == "lab":
             return _lab(args)
-        return _precision(args)
+        parser.error(f"unknown command {args.command!r}")  # pragma: no cover - argparse refuses it first
     except ValueError as e:
         print(f"ropekit {args.command}: error: {e}", file=sys.stderr)
         return 2
