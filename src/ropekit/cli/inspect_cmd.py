@@ -237,7 +237,7 @@ def run_compare_views(
     """
     entries: list[dict[str, Any]] = []
     for v in views:
-        head = {"layer_type": v.layer_type, "window": v.window, "layers": v.layers}
+        head = {"layer_type": v.layer_type, "window": v.window, "layers": v.layers, "context": v.context}
         if v.window is not None and v.window < (target or default_target(v.spec, v.context)):
             reason = (
                 f"sliding window of {v.window:,} tokens: these layers never see two tokens further apart, "
