@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import textwrap
 from typing import Any, TextIO
 
 from ropekit.analysis.bands import (
@@ -209,7 +210,7 @@ def _write_compare(spec: RopeSpec, rep: dict[str, Any], out: TextIO) -> None:
         + "\n"
     )
     for name, note in rep["notes"].items():
-        w(f"  {name}: {note}\n")
+        w(textwrap.fill(f"{name}: {note}", width=110, initial_indent="  ", subsequent_indent="    ") + "\n")
 
 
 def run_compare(

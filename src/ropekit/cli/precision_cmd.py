@@ -87,10 +87,10 @@ def run_views(
                 f"| {r['position']:,} | {r['common_fp32']:.2e} | {r['ropekit']:.2e} |\n" for r in rows
             )
             continue
-        sc = "" if spec.scaling is None else f", scaling {scaling_text(spec.scaling)}"
+        sc = "" if spec.scaling is None else f"\nscaling: {scaling_text(spec.scaling)}"
         out.write(
             f"max |cos - cos_ref|, |sin - sin_ref| over {window} positions ending at each position "
-            f"(head_dim {spec.head_dim}, base {spec.base:g}{sc}; reference: float64)\n"
+            f"(head_dim {spec.head_dim}, base {spec.base:g}; reference: float64){sc}\n"
         )
         out.write(f"{'position':>12}  {'common fp32':>12}  {'ropekit':>10}\n")
         out.writelines(
