@@ -108,7 +108,7 @@ class _Undocumented:
 
 
 def _members(cls: type) -> list[tuple[str, Any]]:
-    out = []
+    out: list[tuple[str, Any]] = []
     for name, member in vars(cls).items():
         if name.startswith("_"):
             continue

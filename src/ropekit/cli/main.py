@@ -8,6 +8,7 @@ import json
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 from ropekit.analysis.compare import SCHEMES
 from ropekit.analysis.threads import single_thread
@@ -110,7 +111,7 @@ def _lab(args: argparse.Namespace) -> int:
     for name in ("seeds", "train_len"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    kw = {}
+    kw: dict[str, Any] = {}
     if args.encodings is not None:
         from ropekit.lab.encodings import ENCODINGS
 
