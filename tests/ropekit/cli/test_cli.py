@@ -218,3 +218,20 @@ def test_bad_config_files(tmp_path: Path) -> None:
     bad.write_text("[1, 2]")
     rc, _, err = _run(["precision", str(bad)])
     assert rc == 2 and "JSON object" in err
+
+
+def test_multimodal_config_reads_its_text_config(tmp_path: Path) -> None:
+    """A Gemma 3 4B config.json nests the language model's keys under text_config."""
+    from ropekit.presets import PRESETS
+
+    text = dict(PRESETS["gemma-3-4b"].config)
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "gemma3", "text_config": text}))
+    rc, out, err = _run(["inspect", str(cfg), "--json"])
+    assert rc == 0, err
+    s, f = json.loads(out)["views"]
+    assert (s["span"], s["spec"]["base"], f["spec"]["scaling"]) == (
+        1024,
+        1e4,
+        {"rope_type": "linear", "factor": 8.0},
+    )
