@@ -18,6 +18,8 @@ from ropekit.spec import RopeSpec
 
 __all__ = ["parse_positions", "run", "run_views"]
 
+_RESOLVED = 1e-8  # oracle error bounds above this are flagged: the table cannot resolve ropekit's ~3e-8 there
+
 
 def parse_positions(text: str | None) -> tuple[int, ...]:
     """Comma-separated positions ("1e3,1e6,16777216"); None gives :data:`DEFAULT_POSITIONS`."""
@@ -81,19 +83,29 @@ def run_views(
             label = f"layer type{'s' if len(t['layer_types']) > 1 else ''} {', '.join(t['layer_types'])}"
             out.write(f"### {label}\n\n" if markdown else f"== {label}\n")
         rows = t["results"]
+        mark = [" *" if r["oracle_bound"] > _RESOLVED else "" for r in rows]
         if markdown:
             out.write("| position | common float32 recipe | ropekit |\n|---:|---:|---:|\n")
             out.writelines(
-                f"| {r['position']:,} | {r['common_fp32']:.2e} | {r['ropekit']:.2e} |\n" for r in rows
+                f"| {r['position']:,} | {r['common_fp32']:.2e} | {r['ropekit']:.2e}{m} |\n"
+                for r, m in zip(rows, mark)
             )
-            continue
-        sc = "" if spec.scaling is None else f"\nscaling: {scaling_text(spec.scaling)}"
-        out.write(
-            f"max |cos - cos_ref|, |sin - sin_ref| over {window} positions ending at each position "
-            f"(head_dim {spec.head_dim}, base {spec.base:g}; reference: float64){sc}\n"
-        )
-        out.write(f"{'position':>12}  {'common fp32':>12}  {'ropekit':>10}\n")
-        out.writelines(
-            f"{r['position']:>12,}  {r['common_fp32']:>12.2e}  {r['ropekit']:>10.2e}\n" for r in rows
-        )
+        else:
+            sc = "" if spec.scaling is None else f"\nscaling: {scaling_text(spec.scaling)}"
+            out.write(
+                f"max |cos - cos_ref|, |sin - sin_ref| over {window} positions ending at each position "
+                f"(head_dim {spec.head_dim}, base {spec.base:g}; reference: float64){sc}\n"
+            )
+            wp = max(12, *(len(f"{r['position']:,}") for r in rows))
+            out.write(f"{'position':>{wp}}  {'common fp32':>12}  {'ropekit':>10}\n")
+            out.writelines(
+                f"{r['position']:>{wp},}  {r['common_fp32']:>12.2e}  {r['ropekit']:>10.2e}{m}\n"
+                for r, m in zip(rows, mark)
+            )
+        if any(mark):
+            worst = max(r["oracle_bound"] for r in rows)
+            out.write(
+                f"\n* the float64 reference is itself only accurate to about {worst:.1e} there (|angle| * 2^-53): "
+                "smaller errors are not resolved\n"
+            )
     return 0

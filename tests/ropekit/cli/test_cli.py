@@ -235,3 +235,11 @@ def test_multimodal_config_reads_its_text_config(tmp_path: Path) -> None:
         1e4,
         {"rope_type": "linear", "factor": 8.0},
     )
+
+
+def test_precision_flags_positions_the_float64_reference_cannot_resolve() -> None:
+    rc, out, _ = _run(["precision", "--positions", "1e6,1e12", "--window", "4"])
+    lines = out.splitlines()
+    assert rc == 0 and not lines[2].endswith("*") and lines[3].endswith("*")
+    # 1e12 * theta_0 (= 1) * 2^-53 = 1.1e-4
+    assert "accurate to about 1.1e-04" in out
