@@ -96,6 +96,10 @@ def test_module_and_console_script() -> None:
         pytest.skip("console script not installed in this environment")
     r = subprocess.run([str(script)], capture_output=True, text=True, check=True, env={**os.environ})
     assert "inspect" in r.stdout and "precision" in r.stdout
+    r = subprocess.run(
+        [str(script), "presets", "--json"], capture_output=True, text=True, check=True, env={**os.environ}
+    )
+    assert "gemma-3-4b" in [p["name"] for p in json.loads(r.stdout)] and r.stderr == ""
 
 
 def test_presets_command_lists_them() -> None:
