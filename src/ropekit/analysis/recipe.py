@@ -6,8 +6,8 @@ transformers (and Megatron, TransformerEngine, torchtune by default) builds RoPE
 1. ``inv_freq``: the scheme's own init in float32 -- ``1 / base ** (arange(0, r, 2).float() / r)`` for the plain
    table (``ROPE_INIT_FUNCTIONS`` in ``transformers.modeling_rope_utils`` for the scaled ones: linear, dynamic,
    yarn, longrope, llama3, proportional), each with its own order of float32 operations;
-2. ``angle = position.float() * inv_freq`` in float32 (an outer product; HF writes it as a matmul with k = 1, which
-   is one float32 multiplication per entry);
+2. ``angle = position.float() * inv_freq`` in float32 (an outer product: transformers 5 multiplies elementwise,
+   older versions wrote a matmul with k = 1 -- the same single float32 multiplication per entry);
 3. ``cos(angle) * attention_factor``, ``sin(angle) * attention_factor`` in float32.
 
 This module reproduces those steps with ropekit's scheme parameters, written from the formulas of each scheme
