@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ropekit.analysis.layers import LayerView, layer_views, rope_per_layer_type
 from ropekit.spec import RopeSpec
 
 __all__ = ["PRESETS", "Preset", "get_preset", "preset_spec"]
@@ -99,23 +100,46 @@ _PHI3_SHORT = (
 
 @dataclass(frozen=True)
 class Preset:
+    """A checkpoint's RoPE facts.
+
+    Attributes:
+        name: the preset's command-line name.
+        description: one line for ``ropekit presets``.
+        config: the rope-related keys of the checkpoint's config.json.
+        layer_types: the distinct attention layer types of per-layer-type models (empty for one kind of layer).
+    """
+
     name: str
     description: str
     config: dict[str, Any]
     layer_types: tuple[str, ...] = field(default=())
 
     def spec(self, layer_type: str | None = None) -> RopeSpec:
+        """The RoPE of ``layer_type`` (default: the last layer type, the full-attention layers)."""
         if self.layer_types and layer_type is None:
             layer_type = self.layer_types[-1]
+        if layer_type is not None and layer_type not in self.layer_types:
+            raise ValueError(
+                f"layer_type={layer_type!r} is not a layer type of {self.name}; known: {list(self.layer_types)}"
+            )
+        if layer_type is not None and not rope_per_layer_type(self.config):
+            return RopeSpec.from_hf(self.config)  # one RoPE shared by every layer type (gpt-oss, Gemma 2)
         return RopeSpec.from_hf(self.config, layer_type=layer_type)
+
+    def views(self, context: int | None = None, layer_type: str | None = None) -> list[LayerView]:
+        """One :class:`~ropekit.analysis.layers.LayerView` per layer type, at ``context`` (default: the model's)."""
+        return layer_views(
+            self.config, context=self.context if context is None else context, layer_type=layer_type
+        )
 
     @property
     def context(self) -> int:
+        """The model's context length (``max_position_embeddings``)."""
         return int(self.config["max_position_embeddings"])
 
 
-def _p(name: str, description: str, layer_types: tuple[str, ...] = (), **config: Any) -> Preset:
-    return Preset(name, description, config, layer_types)
+def _p(name: str, description: str, types: tuple[str, ...] = (), **config: Any) -> Preset:
+    return Preset(name, description, config, types)
 
 
 _LLAMA3 = {
@@ -160,8 +184,11 @@ PRESETS: dict[str, Preset] = {
         ),
         _p(
             "mistral-7b",
-            "Mistral 7B v0.1: base 1e4, 32k positions (4k sliding window)",
+            "Mistral 7B v0.1: base 1e4, 32k positions, 4k sliding window on every layer",
+            ("sliding_attention",),
             model_type="mistral",
+            num_hidden_layers=32,
+            sliding_window=4096,
             hidden_size=4096,
             num_attention_heads=32,
             max_position_embeddings=32768,
@@ -207,12 +234,28 @@ PRESETS: dict[str, Preset] = {
             ("sliding_attention", "full_attention"),
             model_type="gemma3_text",
             hidden_size=2560,
+            num_hidden_layers=34,
+            sliding_window=1024,
+            sliding_window_pattern=6,
             num_attention_heads=8,
             head_dim=256,
             max_position_embeddings=131072,
             rope_theta=1000000.0,
             rope_local_base_freq=10000.0,
             rope_scaling={"factor": 8.0, "rope_type": "linear"},
+        ),
+        _p(
+            "gemma-2-9b",
+            "Gemma 2 9B: base 1e4, 8k context; alternating sliding (4096) and full layers",
+            ("sliding_attention", "full_attention"),
+            model_type="gemma2",
+            hidden_size=3584,
+            num_attention_heads=16,
+            head_dim=256,
+            num_hidden_layers=42,
+            max_position_embeddings=8192,
+            rope_theta=10000.0,
+            sliding_window=4096,
         ),
         _p(
             "deepseek-v3",
@@ -236,8 +279,12 @@ PRESETS: dict[str, Preset] = {
         ),
         _p(
             "gpt-oss-20b",
-            "gpt-oss 20B: head_dim 64, base 1.5e5, YaRN x32 without truncation",
+            "gpt-oss 20B: head_dim 64, base 1.5e5, YaRN x32 without truncation; sliding (128) and full layers",
+            ("sliding_attention", "full_attention"),
             model_type="gpt_oss",
+            num_hidden_layers=24,
+            layer_types=["sliding_attention", "full_attention"] * 12,
+            sliding_window=128,
             hidden_size=2880,
             num_attention_heads=64,
             head_dim=64,
@@ -267,6 +314,7 @@ PRESETS: dict[str, Preset] = {
 
 
 def get_preset(name: str) -> Preset:
+    """The preset called ``name``; ValueError listing the known names otherwise."""
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; known: {', '.join(PRESETS)}")
     return PRESETS[name]

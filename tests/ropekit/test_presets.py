@@ -74,3 +74,24 @@ def test_gemma3_layer_types_and_phi3() -> None:
 def test_unknown_preset() -> None:
     with pytest.raises(ValueError, match="unknown preset 'llama-9'"):
         get_preset("llama-9")
+
+
+def test_layer_types_match_the_views() -> None:
+    """Every preset's declared layer types are the ones its config yields, and each has a spec."""
+    for name, p in PRESETS.items():
+        views = p.views()
+        assert [v.layer_type for v in views] == (list(p.layer_types) or [None]), name
+        for v in views:
+            assert v.spec == p.spec(v.layer_type), name
+
+
+def test_per_layer_type_presets() -> None:
+    gpt_oss = get_preset("gpt-oss-20b")
+    assert gpt_oss.spec("sliding_attention") == gpt_oss.spec("full_attention") == preset_spec("gpt-oss-20b")
+    assert [v.window for v in gpt_oss.views()] == [128, None]
+    gemma2 = get_preset("gemma-2-9b")
+    assert gemma2.spec("sliding_attention") == RopeSpec(256, base=1e4) and gemma2.context == 8192
+    assert [(v.window, v.layers) for v in gemma2.views()] == [(4096, 21), (None, 21)]
+    assert [v.window for v in get_preset("mistral-7b").views()] == [4096]
+    with pytest.raises(ValueError, match="'local' is not a layer type of gemma-3-4b"):
+        get_preset("gemma-3-4b").spec("local")

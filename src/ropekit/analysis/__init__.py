@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: MIT
-"""Tools that show what a RoPE configuration does: bands, critical dimension, base bound, phase precision."""
+"""Tools that show what a RoPE configuration does: bands, critical dimension, base bound, phase precision,
+scaling schemes side by side, layer types."""
 
 from ropekit.analysis.bands import (
     Band,
@@ -9,24 +10,38 @@ from ropekit.analysis.bands import (
     critical_dim,
     extrapolation_bound,
 )
+from ropekit.analysis.compare import SCHEMES, build_scheme, compare_schemes, default_target, original_length
+from ropekit.analysis.layers import LayerView, config_layer_types, layer_views
 from ropekit.analysis.precision import (
     PhaseError,
     common_fp32_tables,
+    oracle_frequencies,
     oracle_tables,
     phase_error,
     phase_error_table,
 )
+from ropekit.analysis.recipe import common_fp32_inv_freq
 
 __all__ = [
+    "SCHEMES",
     "Band",
+    "LayerView",
     "PhaseError",
     "band_table",
     "base_bound_margin",
     "base_lower_bound",
+    "build_scheme",
+    "common_fp32_inv_freq",
     "common_fp32_tables",
+    "compare_schemes",
+    "config_layer_types",
     "critical_dim",
+    "default_target",
     "extrapolation_bound",
+    "layer_views",
+    "oracle_frequencies",
     "oracle_tables",
+    "original_length",
     "phase_error",
     "phase_error_table",
 ]

@@ -14,11 +14,13 @@ Shapes: n bands, L context length.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass
 
 import torch
 
+from ropekit.analysis.threads import single_thread
 from ropekit.spec import RopeSpec
 
 __all__ = [
@@ -76,25 +78,38 @@ def extrapolation_bound(rotary_dim: int, base: float, context: int) -> float:
 
 
 def base_bound_margin(
-    rotary_dim: int, base: float, context: int, *, chunk: int = 8192
+    rotary_dim: int, base: float, context: int, *, chunk: int = 256
 ) -> tuple[float, int | None]:
-    """min over 0 <= m <= L of B(m) / (d/2), and the first m with B(m) < 0 (None if the condition holds)."""
+    """min over 0 <= m <= L of B(m) / (d/2), and the first m with B(m) < 0 (None if the condition holds).
+
+    B(m) = sum_i cos(m theta_i) is evaluated for every m in float64 by angle addition on a K x K grid
+    (m = a K + k, K = ceil(sqrt(L + 1))): cos(m theta) = cos(aK theta) cos(k theta) - sin(aK theta) sin(k theta),
+    so B for ``chunk`` rows of the grid is two small matrix products instead of (L + 1) * d/2 cosines.
+    """
     _check_context(context)
     n = rotary_dim // 2
     theta = torch.tensor(base, dtype=torch.float64).pow(
         -torch.arange(0, n, dtype=torch.float64) * 2 / rotary_dim
     )
-    worst = math.inf
-    for start in range(0, context + 1, chunk):
-        m = torch.arange(start, min(context + 1, start + chunk), dtype=torch.float64)
-        b = torch.cos(m.unsqueeze(-1) * theta).sum(-1)
+    K = math.isqrt(context) + 1  # K * K > context
+    k_angle = torch.arange(K, dtype=torch.float64).unsqueeze(-1) * theta  # [K, n]
+    ck, sk = torch.cos(k_angle).T, torch.sin(k_angle).T  # [n, K]
+    worst, first = math.inf, None
+    rows = (context // K) + 1
+    for start in range(0, rows, chunk):
+        a = torch.arange(start, min(rows, start + chunk), dtype=torch.float64)
+        a_angle = (a * K).unsqueeze(-1) * theta  # [A, n]
+        b = torch.cos(a_angle) @ ck - torch.sin(a_angle) @ sk  # [A, K]: B(aK + k)
+        m = (a * K).unsqueeze(-1) + torch.arange(K, dtype=torch.float64)
+        b = b.masked_fill(m > context, math.inf).flatten()
         worst = min(worst, float(b.min()) / n)
         neg = torch.nonzero(b < 0)
-        if neg.numel():
-            return worst, int(m[neg[0, 0]])
-    return worst, None
+        if first is None and neg.numel():
+            first = int(m.flatten()[neg[0, 0]])
+    return worst, first
 
 
+@functools.lru_cache(maxsize=128)  # pure function of numbers; inspect asks for the same bound repeatedly
 def base_lower_bound(
     rotary_dim: int, context: int, *, grid: float = 1.01, max_base: float = 1e15
 ) -> float | None:
@@ -108,6 +123,11 @@ def base_lower_bound(
     _check_context(context)
     if not grid > 1.0:
         raise ValueError(f"grid must be > 1, got {grid!r}")
+    with single_thread():
+        return _scan_bases(rotary_dim, context, grid, max_base)
+
+
+def _scan_bases(rotary_dim: int, context: int, grid: float, max_base: float) -> float | None:
     hi = 2.0
     while base_bound_margin(rotary_dim, hi, context)[1] is not None:
         hi *= 2.0

@@ -2,8 +2,17 @@
 """Side by side: how each scaling scheme changes each band when a model is extended to a target length.
 
 For a model pretrained at L0 and a target length T (s = T / L0), every scheme is built from the model's unscaled
-spec with s and L0, and each band's interpolation ratio theta_i / theta'_i is reported: 1 means the band is left
-alone (extrapolates), s means it is fully interpolated. The model's own scheme, if it has one, is a column too.
+spec with s and L0 (transformers' default parameters), and each band's interpolation ratio theta_i / theta'_i at
+length T is reported: 1 means the band is left alone (extrapolates), s means it is fully interpolated. The model's
+own scheme, if it has one, is a column too.
+
+Length-dependent schemes are shown at the target length T. Dynamic NTK (and LongRoPE's switch) change nothing
+up to L0; beyond it transformers' dynamic NTK grows the base as (s * l / L0 - (s - 1))^(d / (d - 2)) with the
+current length l, which at l = T = s * L0 is (s^2 - s + 1)^(d / (d - 2)): the slowest band is interpolated by
+s^2 - s + 1, more than s (:data:`NOTES` says this in the output).
+
+Without a given target, :func:`default_target` is max(4 * L0, context): four times the pretraining length, or
+the model's own extended context when that is longer.
 
 Shapes: n bands, k schemes.
 """
@@ -17,9 +26,22 @@ from typing import Any
 from ropekit.scaling import NTK, DynamicNTK, Linear, Llama3, LongRope, Scaling, Yarn
 from ropekit.spec import RopeSpec
 
-__all__ = ["SCHEMES", "build_scheme", "compare_schemes", "original_length"]
+__all__ = ["NOTES", "SCHEMES", "build_scheme", "compare_schemes", "default_target", "original_length"]
 
 SCHEMES: tuple[str, ...] = ("linear", "ntk", "dynamic", "yarn", "llama3")
+#: What a length-dependent column means, keyed by column name ({s}: the factor T / L0; {m}: s * s - s + 1).
+NOTES: dict[str, str] = {
+    "dynamic": (
+        "dynamic NTK, shown at the target length: every band is unchanged (1) up to L0; beyond, the base grows "
+        "with the current length l as (s * l / L0 - (s - 1))^(d / (d - 2)), which reaches s^2 - s + 1 = {m:.4g} "
+        "at the target, so the slowest band is interpolated by {m:.4g}, more than s = {s:.4g} (transformers' "
+        "formula uses s both as the factor and in the length ratio)"
+    ),
+    "model:DynamicNTK": "the model's dynamic NTK, shown at the target length (1 up to L0, growing with the length)",
+    "model:LongRope": (
+        "the model's LongRoPE: long factors, used once the sequence exceeds L0 (below it, the short factors)"
+    ),
+}
 
 
 def original_length(spec: RopeSpec, context: int) -> int:
@@ -43,7 +65,16 @@ def build_scheme(name: str, factor: float, original_len: int) -> Scaling:
         return Yarn(factor, original_len)
     if name == "llama3":
         return Llama3(factor, 1.0, 4.0, original_len)
-    raise ValueError(f"unknown scheme {name!r} for --compare; known: {', '.join(SCHEMES)}")
+    if name == "longrope":
+        raise ValueError(
+            "longrope needs the model's own per-band factors: use a LongRoPE model's config.json"
+        )
+    raise ValueError(f"unknown scheme {name!r}; known: {', '.join(SCHEMES)}")
+
+
+def default_target(spec: RopeSpec, context: int) -> int:
+    """max(4 * L0, context): four times the pretraining length, or the model's extended context if longer."""
+    return max(4 * original_length(spec, context), int(context))
 
 
 def compare_schemes(
@@ -51,6 +82,11 @@ def compare_schemes(
 ) -> dict[str, Any]:
     """Per-band interpolation ratios theta / theta' at length ``target`` for each scheme (plus the model's own)."""
     L0 = original_length(spec, context)
+    unknown = [n for n in schemes if n not in SCHEMES and n != "longrope"]
+    if unknown:
+        raise ValueError(
+            f"unknown scheme {unknown[0]!r} for --compare; known: {', '.join(SCHEMES)}, longrope"
+        )
     if target < L0:
         raise ValueError(f"--extend-to {target} is below the model's original length {L0}")
     s = target / L0
@@ -86,4 +122,5 @@ def compare_schemes(
         ],
         "attention_factor": {name: sp.attention_factor for name, sp in columns.items()},
         "schemes": list(columns),
+        "notes": {name: NOTES[name].format(s=s, m=s * s - s + 1) for name in columns if name in NOTES},
     }

@@ -1,10 +1,19 @@
 # SPDX-License-Identifier: MIT
-"""How exact are the phases? ropekit's tables against the common float32 recipe, measured against float64.
+"""How exact are the phases? ropekit's tables and the common float32 recipe, both measured against float64.
 
-The *common recipe* is what HF transformers, Megatron, TransformerEngine and torchtune do by default:
-``inv_freq = 1 / base ** (arange(0, r, 2).float() / r)`` in float32, ``angle = pos.float() * inv_freq`` in
-float32, then float32 cos/sin. The oracle is float64 ``cos(p * theta_i)`` with theta_i from Python floats
-(:func:`ropekit.rotation.reference.reference_frequencies`), i.e. independent of ropekit's table code.
+The *common recipe* (:mod:`ropekit.analysis.recipe`) is what HF transformers, Megatron, TransformerEngine and
+torchtune do, scheme by scheme: float32 ``inv_freq`` from the scheme's own init, ``position * inv_freq`` in float32,
+float32 cos/sin times the attention factor. The oracle is float64 ``cos(p * theta_i)`` of the unreduced angle:
+
+- theta_i from Python floats (:func:`ropekit.rotation.reference.reference_frequencies`, written from the formulas
+  independently of ropekit's table code) wherever that reference has a formula (plain RoPE, p-RoPE, partial
+  rotation, explicit tables, linear interpolation), else the scheme's float64 frequencies
+  (:meth:`RopeSpec.frequencies`; checked against transformers' own functions in the tests);
+- the float64 product p * theta_i is correct to about |p * theta_i| * 1.1e-16 (2e-9 at position 2^24 for theta 1),
+  which bounds how small an error the table can resolve: :attr:`PhaseError.oracle_bound`.
+
+Dynamic schemes (dynamic NTK, LongRoPE) are measured at sequence length ``position + 1``, as transformers runs
+them when the window ending at ``position`` is the current batch.
 
 Shapes: w window positions, n bands.
 """
@@ -15,6 +24,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from ropekit.analysis.recipe import common_fp32_inv_freq, common_fp32_tables
 from ropekit.phases import rope_tables
 from ropekit.rotation.reference import reference_frequencies
 from ropekit.spec import RopeSpec
@@ -22,57 +32,86 @@ from ropekit.spec import RopeSpec
 __all__ = [
     "DEFAULT_POSITIONS",
     "PhaseError",
+    "common_fp32_inv_freq",
     "common_fp32_tables",
+    "oracle_frequencies",
     "oracle_tables",
     "phase_error",
     "phase_error_table",
 ]
 
 DEFAULT_POSITIONS: tuple[int, ...] = (1_000, 10_000, 100_000, 1_000_000, 10_000_000, 1 << 24)
+_ULP64 = 2.0**-53
 
 
-def common_fp32_tables(positions: torch.Tensor, spec: RopeSpec) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos/sin [*P, n] as the common float32 recipe computes them (for comparison; do not use)."""
-    r = int(spec.rotary_dim)  # type: ignore[arg-type]
-    if spec.freqs is None and spec.p == 1.0 and spec.scaling is None:
-        inv = 1.0 / (spec.base ** (torch.arange(0, r, 2, dtype=torch.int64).to(torch.float32) / r))
-    else:
-        inv = spec.inv_freq(dtype=torch.float32)
-    angle = positions.to(torch.float32).unsqueeze(-1) * inv  # float32 product: the error source
-    return torch.cos(angle), torch.sin(angle)
+def oracle_frequencies(spec: RopeSpec, seq_len: int | None = None) -> list[float]:
+    """theta_i [n] for the oracle: the independent Python-float reference where it has a formula, else float64."""
+    try:
+        return reference_frequencies(spec)
+    except NotImplementedError:  # scaled schemes: the scheme's float64 frequencies at this length
+        return [float(t) for t in spec.frequencies(seq_len).tolist()]
 
 
-def oracle_tables(positions: torch.Tensor, spec: RopeSpec) -> tuple[torch.Tensor, torch.Tensor]:
-    """float64 cos/sin [*P, n] of the unreduced float64 angle, frequencies from Python floats."""
-    theta = torch.tensor(reference_frequencies(spec), dtype=torch.float64)
+def oracle_tables(
+    positions: torch.Tensor, spec: RopeSpec, *, seq_len: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """float64 cos/sin [*P, n] of the unreduced float64 angle, times the attention factor."""
+    if spec.dynamic and seq_len is None and positions.numel():
+        seq_len = int(positions.max().item()) + 1
+    theta = torch.tensor(oracle_frequencies(spec, seq_len), dtype=torch.float64)
     angle = positions.to(torch.float64).unsqueeze(-1) * theta
     return torch.cos(angle) * spec.attention_factor, torch.sin(angle) * spec.attention_factor
 
 
 @dataclass(frozen=True)
 class PhaseError:
-    """Max |cos - cos_ref| and |sin - sin_ref| over the window ending at ``position``."""
+    """Max |cos - cos_ref| and |sin - sin_ref| over the window ending at ``position``.
+
+    ``oracle_bound`` is the oracle's own error bound there (|largest angle| * 2^-53 times the attention factor):
+    errors near or below it are "as exact as float64 can tell".
+    """
 
     position: int
     window: int
     ropekit: float
     common_fp32: float
+    oracle_bound: float = 0.0
 
     def as_dict(self) -> dict[str, float | int]:
         return asdict(self)
 
 
 def phase_error(spec: RopeSpec, position: int, *, window: int = 2048) -> PhaseError:
-    """Measure both recipes on the ``window`` positions ending at ``position`` (inclusive, clipped at 0)."""
-    lo = max(0, int(position) - window + 1)
-    pos = torch.arange(lo, int(position) + 1, dtype=torch.int64)
-    ref_c, ref_s = oracle_tables(pos, spec)
+    """Measure both recipes on the ``window`` positions ending at ``position`` (inclusive, clipped at 0).
+
+    Args:
+        spec: any RoPE configuration (every scheme, p-RoPE, partial rotation, explicit tables).
+        position: the last position measured (>= 0).
+        window: how many positions end at ``position`` (>= 1).
+
+    Returns:
+        The :class:`PhaseError` of ropekit's tables and of the common float32 recipe.
+    """
+    if isinstance(position, bool) or not isinstance(position, int) or position < 0:
+        raise ValueError(f"position must be an int >= 0, got {position!r}")
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ValueError(f"window must be an int >= 1, got {window!r}")
+    lo = max(0, position - window + 1)
+    pos = torch.arange(lo, position + 1, dtype=torch.int64)
+    seq_len = position + 1 if spec.dynamic else None
+    ref_c, ref_s = oracle_tables(pos, spec, seq_len=seq_len)
 
     def err(c: torch.Tensor, s: torch.Tensor) -> float:
         return float(torch.maximum((c.double() - ref_c).abs().max(), (s.double() - ref_s).abs().max()))
 
+    theta_max = max(oracle_frequencies(spec, seq_len))
+    bound = position * theta_max * _ULP64 * spec.attention_factor
     return PhaseError(
-        int(position), int(pos.numel()), err(*rope_tables(pos, spec)), err(*common_fp32_tables(pos, spec))
+        position,
+        int(pos.numel()),
+        err(*rope_tables(pos, spec, seq_len=seq_len)),
+        err(*common_fp32_tables(pos, spec, seq_len=seq_len)),
+        bound,
     )
 
 

@@ -1,15 +1,20 @@
 # SPDX-License-Identifier: MIT
-"""``ropekit inspect``: what a RoPE configuration does at a context length, band by band.
+"""``ropekit inspect``: what a RoPE configuration does at a context length, band by band, per layer type.
 
-For each band: theta_i, wavelength 2*pi/theta_i, rotations completed within the context, whether it wraps.
-Summary: critical dimension (Liu et al. 2024), base lower bound (Men et al. 2024) and whether this base meets it,
-and the phase error at the context for the common float32 recipe vs ropekit.
+For each band: theta_i (after p-RoPE and the scheme), wavelength 2*pi/theta_i, rotations completed within the
+span the layers attend over, whether it wraps. Summary: critical dimension (Liu et al. 2024, arXiv 2310.05209),
+base lower bound (Men et al. 2024, arXiv 2405.14591) and whether this base meets it, and the phase error at the
+context for the common float32 recipe vs ropekit.
+
+Per-layer-type models get one section per layer type: sliding layers are judged at their window (they never
+see two tokens further apart), but their phase error is measured at the full context (absolute positions).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import textwrap
 from typing import Any, TextIO
 
 from ropekit.analysis.bands import (
@@ -19,42 +24,60 @@ from ropekit.analysis.bands import (
     critical_dim,
     extrapolation_bound,
 )
-from ropekit.analysis.compare import compare_schemes
+from ropekit.analysis.compare import compare_schemes, default_target
+from ropekit.analysis.layers import LayerView
 from ropekit.analysis.precision import phase_error
+from ropekit.cli.source import spec_dict
+from ropekit.scaling import Scaling
 from ropekit.spec import RopeSpec
 
-__all__ = ["report", "run", "run_compare"]
+__all__ = ["report", "run", "run_compare", "run_views", "scaling_text"]
 
 
 def _num(x: float | None) -> float | None:
     return None if x is None or math.isinf(x) else x
 
 
-def report(spec: RopeSpec, context: int) -> dict[str, Any]:
-    """Everything ``inspect`` shows, as plain data (the ``--json`` output)."""
+def scaling_text(sc: Scaling | None) -> str:
+    """One line: the scheme and its parameters ("linear (factor=8)", "none")."""
+    return "none" if sc is None else scaling_text_from_hf(sc.to_hf())
+
+
+def report(
+    spec: RopeSpec,
+    context: int,
+    *,
+    span: int | None = None,
+    layer_type: str | None = None,
+    window: int | None = None,
+    layers: int | None = None,
+) -> dict[str, Any]:
+    """Everything ``inspect`` shows for one view, as plain data (an entry of ``--json``'s ``views``).
+
+    Bands, critical dimension and base bound are judged at ``span`` (default ``context``); the phase error at
+    ``context``.
+    """
+    span = context if span is None else span
     r = int(spec.rotary_dim)  # type: ignore[arg-type]
-    bands = band_table(spec, context)
+    bands = band_table(spec, span)
     plain = spec.freqs is None and spec.p == 1.0 and spec.scaling is None
-    d_extra = critical_dim(r, spec.base, context)
-    bound = base_lower_bound(r, context)
-    margin, first_fail = base_bound_margin(r, spec.base, context)
+    d_extra = critical_dim(r, spec.base, span)
+    bound = base_lower_bound(r, span)
+    margin, first_fail = base_bound_margin(r, spec.base, span)
     err = phase_error(spec, context)
     return {
-        "spec": {
-            "head_dim": spec.head_dim,
-            "rotary_dim": r,
-            "base": spec.base,
-            "layout": spec.layout,
-            "p": spec.p,
-            "positional_bands": spec.n_positional_bands,
-        },
+        "layer_type": layer_type,
+        "layers": layers,
+        "window": window,
+        "span": span,
+        "spec": spec_dict(spec),
         "context": context,
         "bands": [b.as_dict() for b in bands],
         "summary": {
             "bands": len(bands),
             "wrapping_bands": sum(b.wraps for b in bands),
             "critical_dim": d_extra,
-            "extrapolation_bound": _num(extrapolation_bound(r, spec.base, context)),
+            "extrapolation_bound": _num(extrapolation_bound(r, spec.base, span)),
             "critical_dim_applies": plain,
             "base_lower_bound": bound,
             "base_meets_bound": first_fail is None,
@@ -71,19 +94,33 @@ def _fmt(x: float) -> str:
     return "inf" if math.isinf(x) else f"{x:.4g}"
 
 
-def run(spec: RopeSpec, context: int, *, as_json: bool, out: TextIO) -> int:
-    rep = report(spec, context)
-    if as_json:
-        json.dump(rep, out, indent=2)
-        out.write("\n")
-        return 0
-    s, sm = rep["spec"], rep["summary"]
+def _view_header(v: dict[str, Any]) -> str:
+    if v["layer_type"] is None:
+        return ""
+    count = "" if v["layers"] is None else f" ({v['layers']} layers)"
+    if v["window"] is None:
+        return f"== layer type {v['layer_type']}{count}: full attention, judged at the context\n"
+    return (
+        f"== layer type {v['layer_type']}{count}: window {v['window']:,} tokens; bands judged at the span "
+        f"{v['span']:,}, phase error at the context {v['context']:,}\n"
+    )
+
+
+def _write_view(rep: dict[str, Any], out: TextIO) -> None:
+    s, sm, span = rep["spec"], rep["summary"], rep["span"]
     w = out.write
+    w(_view_header(rep))
     w(
         f"RoPE head_dim={s['head_dim']} rotary_dim={s['rotary_dim']} base={s['base']:g} layout={s['layout']}"
         + (f" p={s['p']:g}" if s["p"] != 1.0 else "")
-        + f"  at context {context:,}\n\n"
+        + f"  at {'span' if span != rep['context'] else 'context'} {span:,}\n"
     )
+    if s["scaling"] is not None:
+        w(
+            f"scaling: {scaling_text_from_hf(s['scaling'])}; attention factor {s['attention_factor']:.4g} "
+            "(theta below is after scaling)\n"
+        )
+    w("\n")
     w(f"{'band':>4}  {'theta':>11}  {'wavelength':>11}  {'turns in ctx':>12}  wraps\n")
     d_bands = sm["critical_dim"] // 2
     for b in rep["bands"]:
@@ -94,7 +131,8 @@ def run(spec: RopeSpec, context: int, *, as_json: bool, out: TextIO) -> int:
             f"{b['index']:>4}  {b['theta']:>11.4e}  {wl:>11}  {_fmt(b['rotations']):>12}  {'yes' if b['wraps'] else 'no'}\n"
         )
     w("\nSummary\n")
-    w(f"  bands completing a full turn within the context : {sm['wrapping_bands']} of {sm['bands']}\n")
+    where = "context" if span == rep["context"] else "span   "
+    w(f"  bands completing a full turn within the {where} : {sm['wrapping_bands']} of {sm['bands']}\n")
     if sm["critical_dim_applies"]:
         tb = sm["extrapolation_bound"]
         w(
@@ -109,31 +147,57 @@ def run(spec: RopeSpec, context: int, *, as_json: bool, out: TextIO) -> int:
     )
     w(
         f"  base lower bound (Men et al. 2024)               : {('> 1e15' if lb is None else f'{lb:.3g}')} "
-        f"for this context; base {s['base']:g} {verdict}\n"
+        f"for this {where.strip()}; base {s['base']:g} {verdict}"
+        + (" (unscaled RoPE; the scheme changes the effective base)" if s["scaling"] else "")
+        + "\n"
     )
     w(
         f"  phase error at the context (max |dcos|,|dsin| over {sm['phase_error_window']} positions ending at it):\n"
     )
     w(f"      common float32 recipe (HF, Megatron, TE, torchtune) : {sm['phase_error_common_fp32']:.2e}\n")
     w(f"      ropekit                                             : {sm['phase_error_ropekit']:.2e}\n")
+
+
+def scaling_text_from_hf(hf: dict[str, Any]) -> str:
+    """:func:`scaling_text` from the scheme's ``to_hf()`` dict (as stored in the JSON report)."""
+    hf = dict(hf)
+    parts = [str(hf.pop("rope_type"))]
+    for key in ("short_factor", "long_factor"):
+        if key in hf:
+            parts.append(f"{len(hf.pop(key))} per-band {key.split('_')[0]} factors")
+    parts += [f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in hf.items()]
+    return parts[0] + (" (" + ", ".join(parts[1:]) + ")" if parts[1:] else "")
+
+
+def run(spec: RopeSpec, context: int, *, as_json: bool, out: TextIO) -> int:
+    """``inspect`` of one spec at ``context`` (no layer types)."""
+    return run_views(None, [LayerView(None, spec, context)], as_json=as_json, out=out)
+
+
+def run_views(source: str | None, views: list[LayerView], *, as_json: bool, out: TextIO) -> int:
+    """``inspect`` of every view (one per layer type); JSON ``{"source", "views": [report, ...]}``."""
+    reps = [
+        report(v.spec, v.context, span=v.span, layer_type=v.layer_type, window=v.window, layers=v.layers)
+        for v in views
+    ]
+    if as_json:
+        json.dump({"source": source, "views": reps}, out, indent=2)
+        out.write("\n")
+        return 0
+    for i, rep in enumerate(reps):
+        if i:
+            out.write("\n")
+        _write_view(rep, out)
     return 0
 
 
-def run_compare(
-    spec: RopeSpec, context: int, target: int, schemes: tuple[str, ...], *, as_json: bool, out: TextIO
-) -> int:
-    """``inspect --extend-to T --compare a,b``: per-band interpolation ratio theta / theta' for each scheme."""
-    rep = compare_schemes(spec, context=context, target=target, schemes=schemes)
-    if as_json:
-        json.dump(rep, out, indent=2)
-        out.write("\n")
-        return 0
+def _write_compare(spec: RopeSpec, rep: dict[str, Any], out: TextIO) -> None:
     w = out.write
     cols = rep["schemes"]
     w(
         f"RoPE head_dim={spec.head_dim} rotary_dim={spec.rotary_dim} base={spec.base:g}: extending "
-        f"{rep['original_length']:,} -> {target:,} tokens (s = {rep['factor']:.4g})\n"
-        "each cell: theta / theta' for the band (1 = unchanged, s = fully interpolated)\n\n"
+        f"{rep['original_length']:,} -> {rep['target']:,} tokens (s = {rep['factor']:.4g})\n"
+        "each cell: theta / theta' for the band at the target length (1 = unchanged, s = fully interpolated)\n\n"
     )
     width = max(10, *(len(c) for c in cols))
     w(f"{'band':>4}  {'wavelength':>11}  " + "  ".join(f"{c:>{width}}" for c in cols) + "\n")
@@ -145,4 +209,56 @@ def run_compare(
         + "  ".join(f"{rep['attention_factor'][c]:>{width}.4f}" for c in cols)
         + "\n"
     )
+    for name, note in rep["notes"].items():
+        w(textwrap.fill(f"{name}: {note}", width=110, initial_indent="  ", subsequent_indent="    ") + "\n")
+
+
+def run_compare(
+    spec: RopeSpec, context: int, target: int | None, schemes: tuple[str, ...], *, as_json: bool, out: TextIO
+) -> int:
+    """``inspect --compare``: per-band interpolation ratio theta / theta' for each scheme (one spec)."""
+    return run_compare_views(
+        None, [LayerView(None, spec, context)], target, schemes, as_json=as_json, out=out
+    )
+
+
+def run_compare_views(
+    source: str | None,
+    views: list[LayerView],
+    target: int | None,
+    schemes: tuple[str, ...],
+    *,
+    as_json: bool,
+    out: TextIO,
+) -> int:
+    """``inspect --compare [--extend-to T]`` per layer type; T defaults to :func:`default_target` of each view.
+
+    Sliding-window layers are not compared: they never see distances beyond their window, so extending the
+    context does not change what they see (their entry says so).
+    """
+    entries: list[dict[str, Any]] = []
+    for v in views:
+        head = {"layer_type": v.layer_type, "window": v.window, "layers": v.layers, "context": v.context}
+        if v.window is not None and v.window < (target or default_target(v.spec, v.context)):
+            reason = (
+                f"sliding window of {v.window:,} tokens: these layers never see two tokens further apart, "
+                "so extending the context changes nothing they see and no scaling applies"
+            )
+            entries.append({**head, "skipped": reason})
+            continue
+        t = default_target(v.spec, v.context) if target is None else target
+        entries.append({**head, **compare_schemes(v.spec, context=v.context, target=t, schemes=schemes)})
+    if as_json:
+        json.dump({"source": source, "views": entries}, out, indent=2)
+        out.write("\n")
+        return 0
+    for i, (v, e) in enumerate(zip(views, entries)):
+        if i:
+            out.write("\n")
+        if v.layer_type is not None:
+            out.write(f"== layer type {v.layer_type}\n")
+        if "skipped" in e:
+            out.write(f"not compared: {e['skipped']}\n")
+        else:
+            _write_compare(v.spec, e, out)
     return 0

@@ -8,30 +8,17 @@ import json
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
+from ropekit.analysis.compare import SCHEMES
+from ropekit.analysis.threads import single_thread
 from ropekit.cli import inspect_cmd, precision_cmd
-from ropekit.presets import PRESETS, get_preset
-from ropekit.spec import LAYOUTS, RopeSpec
+from ropekit.cli.presets_cmd import list_presets
+from ropekit.cli.source import add_source_args, resolve_views
 
-__all__ = ["build_parser", "main", "spec_from_args"]
+__all__ = ["DEFAULT_COMPARE", "build_parser", "main"]
 
-DEFAULT_HEAD_DIM = 128
-DEFAULT_BASE = 500_000.0  # Llama 3.x
-DEFAULT_CONTEXT = 131_072  # Llama 3.1's extended context
-_SPEC_FLAGS = ("head_dim", "base", "rotary_dim", "layout", "p")
-
-
-def _add_spec_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--head-dim", type=int, default=None, help=f"channels per head (default {DEFAULT_HEAD_DIM})"
-    )
-    p.add_argument("--base", type=float, default=None, help=f"frequency base (default {DEFAULT_BASE:g})")
-    p.add_argument(
-        "--rotary-dim", type=int, default=None, help="leading channels that rotate (default: head dim)"
-    )
-    p.add_argument("--layout", choices=LAYOUTS, default=None, help="channel pairing (default half)")
-    p.add_argument("--p", type=float, default=None, help="p-RoPE fraction of frequencies kept (default 1)")
-    p.add_argument("--json", action="store_true", help="print machine-readable JSON")
+DEFAULT_COMPARE = ",".join(SCHEMES)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,25 +27,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     pi = sub.add_parser("inspect", help="explain a RoPE configuration band by band at a context length")
+    add_source_args(pi)
     pi.add_argument(
-        "target", nargs="?", default=None, help="a preset name (`ropekit presets`) or a config.json path"
-    )
-    _add_spec_args(pi)
-    pi.add_argument(
-        "--context", type=int, default=None, help=f"context length (default {DEFAULT_CONTEXT} or the model's)"
-    )
-    pi.add_argument(
-        "--layer-type", default=None, help="layer type of per-layer-type models (e.g. sliding_attention)"
-    )
-    pi.add_argument(
-        "--extend-to", type=int, default=None, help="compare scaling schemes at this target length"
+        "--extend-to",
+        type=int,
+        default=None,
+        help="compare scaling schemes at this target length (default with --compare: max(4 x L0, context))",
     )
     pi.add_argument(
         "--compare",
-        default="linear,ntk,yarn,llama3",
-        help="schemes for --extend-to (default linear,ntk,yarn,llama3)",
+        nargs="?",
+        const=DEFAULT_COMPARE,
+        default=None,
+        help="comma-separated schemes to compare (default with --extend-to: linear,ntk,dynamic,yarn,llama3)",
     )
-    sub.add_parser("presets", help="list the embedded checkpoint presets")
+    pr = sub.add_parser("presets", help="list the embedded checkpoint presets")
+    pr.add_argument("--json", action="store_true", help="print machine-readable JSON")
     pb = sub.add_parser("bench", help="time ropekit's backends against the memory floor and the peers")
     pb.add_argument("--quick", action="store_true", help="a reduced matrix that finishes in under a minute")
     pb.add_argument("--json", action="store_true", help="print machine-readable JSON")
@@ -108,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pl.add_argument("--json", action="store_true", help="print the result JSON to stdout")
     pp = sub.add_parser("precision", help="phase error of ropekit vs the common float32 recipe, by position")
-    _add_spec_args(pp)
+    add_source_args(pp)
     pp.add_argument(
         "--positions", type=str, default=None, help="comma-separated positions (default 1e3..1e7, 2^24)"
     )
@@ -122,54 +106,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def spec_from_args(args: argparse.Namespace) -> RopeSpec:
-    return RopeSpec(
-        head_dim=DEFAULT_HEAD_DIM if args.head_dim is None else args.head_dim,
-        base=DEFAULT_BASE if args.base is None else args.base,
-        rotary_dim=args.rotary_dim,
-        layout="half" if args.layout is None else args.layout,
-        p=1.0 if args.p is None else args.p,
-    )
-
-
-def _target_spec(args: argparse.Namespace) -> tuple[RopeSpec, int]:
-    """Spec and default context from a preset name or a config.json path."""
-    given = [f"--{k.replace('_', '-')}" for k in _SPEC_FLAGS if getattr(args, k) is not None]
-    if given:
-        raise ValueError(
-            f"{', '.join(given)} cannot be combined with a preset or config file ({args.target!r})"
-        )
-    if args.target in PRESETS:
-        preset = get_preset(args.target)
-        return preset.spec(args.layer_type), preset.context
-    path = Path(args.target)
-    if not path.is_file():
-        raise ValueError(f"{args.target!r} is neither a preset ({', '.join(PRESETS)}) nor a config.json file")
-    cfg = json.loads(path.read_text())
-    spec = RopeSpec.from_hf(cfg, layer_type=args.layer_type)
-    return spec, int(cfg.get("max_position_embeddings") or DEFAULT_CONTEXT)
-
-
-def _list_presets() -> int:
-    width = max(map(len, PRESETS))
-    for name, p in PRESETS.items():
-        types = f"  [layer types: {', '.join(p.layer_types)}]" if p.layer_types else ""
-        print(f"{name:<{width}}  {p.description}{types}")
-    return 0
-
-
 def _inspect(args: argparse.Namespace) -> int:
-    if args.target is not None:
-        spec, context = _target_spec(args)
-    else:
-        spec, context = spec_from_args(args), DEFAULT_CONTEXT
-    context = context if args.context is None else args.context
-    if args.extend_to is not None:
-        schemes = tuple(s.strip() for s in args.compare.split(",") if s.strip())
-        return inspect_cmd.run_compare(
-            spec, context, args.extend_to, schemes, as_json=args.json, out=sys.stdout
+    source, views = resolve_views(args)
+    if args.extend_to is not None or args.compare is not None:
+        schemes = tuple(s.strip() for s in (args.compare or DEFAULT_COMPARE).split(",") if s.strip())
+        if not schemes:
+            raise ValueError(f"--compare needs at least one scheme, got {args.compare!r}")
+        return inspect_cmd.run_compare_views(
+            source, views, args.extend_to, schemes, as_json=args.json, out=sys.stdout
         )
-    return inspect_cmd.run(spec, context, as_json=args.json, out=sys.stdout)
+    return inspect_cmd.run_views(source, views, as_json=args.json, out=sys.stdout)
+
+
+def _precision(args: argparse.Namespace) -> int:
+    source, views = resolve_views(args)
+    return precision_cmd.run_views(
+        source, views, args.positions, args.window, as_json=args.json, markdown=args.markdown, out=sys.stdout
+    )
 
 
 def _lab(args: argparse.Namespace) -> int:
@@ -178,7 +131,7 @@ def _lab(args: argparse.Namespace) -> int:
     for name in ("seeds", "train_len"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    kw = {}
+    kw: dict[str, Any] = {}
     if args.encodings is not None:
         from ropekit.lab.encodings import ENCODINGS
 
@@ -239,10 +192,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
-        if args.command == "presets":
-            return _list_presets()
-        if args.command == "inspect":
-            return _inspect(args)
+        if args.command in ("presets", "inspect", "precision"):
+            with single_thread():  # thousands of small tensor ops: threads only add synchronisation
+                if args.command == "presets":
+                    return list_presets(as_json=args.json, out=sys.stdout)
+                if args.command == "inspect":
+                    return _inspect(args)
+                return _precision(args)
         if args.command == "bench":
             return _bench(args)
         if args.command == "lab":
@@ -251,14 +207,7 @@ def main(argv: list[str] | None = None) -> int:
             from ropekit.cli import report_cmd
 
             return report_cmd.run(args)
-        return precision_cmd.run(
-            spec_from_args(args),
-            args.positions,
-            args.window,
-            as_json=args.json,
-            markdown=args.markdown,
-            out=sys.stdout,
-        )
+        parser.error(f"unknown command {args.command!r}")  # pragma: no cover - argparse refuses it first
     except ValueError as e:
         print(f"ropekit {args.command}: error: {e}", file=sys.stderr)
         return 2

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import subprocess
 import sys
@@ -25,7 +26,9 @@ def _run(argv: list[str]) -> tuple[int, str, str]:
 def test_inspect_default_json() -> None:
     rc, out, _ = _run(["inspect", "--json"])
     assert rc == 0
-    rep = json.loads(out)
+    full = json.loads(out)
+    assert full["source"] is None and len(full["views"]) == 1
+    rep = full["views"][0]
     assert rep["spec"] == {
         "head_dim": 128,
         "rotary_dim": 128,
@@ -33,6 +36,9 @@ def test_inspect_default_json() -> None:
         "layout": "half",
         "p": 1.0,
         "positional_bands": 64,
+        "freqs": None,
+        "scaling": None,
+        "attention_factor": 1.0,
     }
     assert rep["context"] == 131072 and len(rep["bands"]) == 64
     b0 = rep["bands"][0]
@@ -84,12 +90,16 @@ def test_module_and_console_script() -> None:
         text=True,
         check=True,
     )
-    assert json.loads(r.stdout)["context"] == 64
+    assert json.loads(r.stdout)["views"][0]["context"] == 64
     script = Path(sys.executable).with_name("ropekit")
     if not script.exists():
         pytest.skip("console script not installed in this environment")
     r = subprocess.run([str(script)], capture_output=True, text=True, check=True, env={**os.environ})
     assert "inspect" in r.stdout and "precision" in r.stdout
+    r = subprocess.run(
+        [str(script), "presets", "--json"], capture_output=True, text=True, check=True, env={**os.environ}
+    )
+    assert "gemma-3-4b" in [p["name"] for p in json.loads(r.stdout)] and r.stderr == ""
 
 
 def test_presets_command_lists_them() -> None:
@@ -99,8 +109,8 @@ def test_presets_command_lists_them() -> None:
 
 def test_inspect_preset_and_config_file(tmp_path: Path) -> None:
     rc, out, _ = _run(["inspect", "gemma-3-4b", "--layer-type", "sliding_attention", "--json"])
-    rep = json.loads(out)
-    assert rc == 0 and rep["spec"]["base"] == 10000.0 and rep["context"] == 131072
+    (rep,) = json.loads(out)["views"]
+    assert rc == 0 and rep["spec"]["base"] == 10000.0 and rep["context"] == 131072 and rep["span"] == 1024
     cfg = tmp_path / "config.json"
     cfg.write_text(
         json.dumps(
@@ -114,7 +124,7 @@ def test_inspect_preset_and_config_file(tmp_path: Path) -> None:
         )
     )
     rc, out, _ = _run(["inspect", str(cfg), "--json"])
-    rep = json.loads(out)
+    (rep,) = json.loads(out)["views"]
     assert rc == 0 and rep["spec"]["head_dim"] == 64 and rep["context"] == 2048
     rc, _, err = _run(["inspect", "llama-2-7b", "--base", "5"])
     assert rc == 2 and "--base cannot be combined" in err
@@ -127,7 +137,7 @@ def test_inspect_extend_compare() -> None:
         ["inspect", "llama-2-7b", "--extend-to", "32768", "--compare", "linear,ntk,yarn,llama3", "--json"]
     )
     assert rc == 0
-    rep = json.loads(out)
+    (rep,) = json.loads(out)["views"]
     assert rep["factor"] == 8.0 and rep["schemes"] == ["linear", "ntk", "yarn", "llama3"]
     first, last = rep["bands"][0], rep["bands"][-1]
     assert (
@@ -146,3 +156,94 @@ def test_inspect_extend_compare() -> None:
     assert rc == 2 and "below the model's original length" in err
     rc, _, err = _run(["inspect", "llama-2-7b", "--extend-to", "8192", "--compare", "magic"])
     assert rc == 2 and "unknown scheme 'magic'" in err
+
+
+def test_gemma3_shows_both_layer_types_and_the_linear_x8() -> None:
+    rc, out, _ = _run(["inspect", "gemma-3-4b"])
+    assert rc == 0
+    sliding, full = out.split("== layer type full_attention")
+    assert "== layer type sliding_attention (29 layers): window 1,024 tokens" in sliding
+    assert "base=10000" in sliding and "at span 1,024" in sliding and "scaling:" not in sliding
+    assert "(5 layers)" in full and "base=1e+06" in full and "scaling: linear (factor=8)" in full
+    # sliding bands judged at the window: band 0 turns 1024 / 2pi times
+    rc, out, _ = _run(["inspect", "gemma-3-4b", "--json"])
+    s, f = json.loads(out)["views"]
+    assert s["bands"][0]["rotations"] == pytest.approx(1024 / (2 * math.pi))
+    assert f["bands"][0]["rotations"] == pytest.approx(131072 / 8 / (2 * math.pi))  # theta_0 = 1 / 8
+    assert f["spec"]["scaling"] == {"rope_type": "linear", "factor": 8.0}
+
+
+def test_gpt_oss_sliding_layers_judged_at_128() -> None:
+    rc, out, _ = _run(["inspect", "gpt-oss-20b", "--layer-type", "sliding_attention", "--json"])
+    (v,) = json.loads(out)["views"]
+    assert rc == 0 and v["span"] == 128 and v["layers"] == 12 and v["spec"]["scaling"]["rope_type"] == "yarn"
+
+
+def test_compare_without_extend_to_uses_the_documented_default() -> None:
+    rc, out, _ = _run(["inspect", "llama-2-7b", "--compare", "linear", "--json"])
+    (v,) = json.loads(out)["views"]
+    assert rc == 0 and v["target"] == 4 * 4096 and v["schemes"] == ["linear"]
+    rc, out, _ = _run(["inspect", "llama-3.1-8b", "--compare", "--json"])  # scaled model: its own 128k
+    (v,) = json.loads(out)["views"]
+    assert v["original_length"] == 8192 and v["target"] == 131072 and "model:Llama3" in v["schemes"]
+    rc, out, _ = _run(["inspect", "llama-2-7b", "--compare"])
+    assert "s^2 - s + 1 = 13" in out  # the dynamic column explained
+
+
+def test_scheme_flags() -> None:
+    rc, out, _ = _run(["inspect", "--scaling", "yarn", "--factor", "4", "--context", "8192", "--json"])
+    (v,) = json.loads(out)["views"]
+    assert rc == 0 and v["spec"]["scaling"]["original_max_position_embeddings"] == 2048  # context / factor
+    assert v["spec"]["attention_factor"] == pytest.approx(0.1 * math.log(4) + 1)
+    for argv, words in [
+        (["inspect", "--factor", "4"], ["--factor needs --scaling"]),
+        (["inspect", "--scaling", "yarn"], ["--scaling yarn needs --factor"]),
+        (["inspect", "--scaling", "linear", "--factor", "0.5"], ["--factor", "0.5"]),
+        (["precision", "--json", "--markdown"], ["exclusive"]),
+        (["precision", "--positions", "1.5"], ["--positions", "1.5"]),
+        (
+            ["inspect", "llama-2-7b", "--layer-type", "sliding_attention"],
+            ["single kind", "sliding_attention"],
+        ),
+        (["inspect", "gemma-3-4b", "--layer-type", "local"], ["'local'", "full_attention"]),
+        (["inspect", "--layer-type", "full_attention"], ["--layer-type needs"]),
+        (["inspect", "llama-2-7b", "--compare", "longrope"], ["longrope", "per-band factors"]),
+        (["inspect", "llama-2-7b", "--compare", ","], ["at least one scheme"]),
+    ]:
+        rc, _, err = _run(argv)
+        assert rc == 2 and all(w in err for w in words), (argv, err)
+
+
+def test_bad_config_files(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    rc, _, err = _run(["inspect", str(bad)])
+    assert rc == 2 and "not valid JSON" in err
+    bad.write_text("[1, 2]")
+    rc, _, err = _run(["precision", str(bad)])
+    assert rc == 2 and "JSON object" in err
+
+
+def test_multimodal_config_reads_its_text_config(tmp_path: Path) -> None:
+    """A Gemma 3 4B config.json nests the language model's keys under text_config."""
+    from ropekit.presets import PRESETS
+
+    text = dict(PRESETS["gemma-3-4b"].config)
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "gemma3", "text_config": text}))
+    rc, out, err = _run(["inspect", str(cfg), "--json"])
+    assert rc == 0, err
+    s, f = json.loads(out)["views"]
+    assert (s["span"], s["spec"]["base"], f["spec"]["scaling"]) == (
+        1024,
+        1e4,
+        {"rope_type": "linear", "factor": 8.0},
+    )
+
+
+def test_precision_flags_positions_the_float64_reference_cannot_resolve() -> None:
+    rc, out, _ = _run(["precision", "--positions", "1e6,1e12", "--window", "4"])
+    lines = out.splitlines()
+    assert rc == 0 and not lines[2].endswith("*") and lines[3].endswith("*")
+    # 1e12 * theta_0 (= 1) * 2^-53 = 1.1e-4
+    assert "accurate to about 1.1e-04" in out

@@ -1,0 +1,166 @@
+# SPDX-License-Identifier: MIT
+"""What a command looks at: a preset, a config.json, or a spec from flags -- as one view per layer type.
+
+``ropekit inspect`` and ``ropekit precision`` share the same source arguments:
+
+- ``SOURCE``: a preset name (``ropekit presets``) or a path to a transformers ``config.json``;
+- or spec flags: ``--head-dim --base --rotary-dim --layout --p`` and a scheme ``--scaling NAME --factor F
+  [--original-length L0]`` (L0 defaults to context / factor: the length the model was trained at);
+- ``--layer-type`` picks one layer type of a per-layer-type model; ``--context`` overrides the context.
+
+Shapes: none (argument handling only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from ropekit.analysis.compare import SCHEMES, build_scheme
+from ropekit.analysis.layers import LayerView, layer_views
+from ropekit.presets import PRESETS, get_preset
+from ropekit.spec import LAYOUTS, RopeSpec
+
+__all__ = [
+    "DEFAULT_BASE",
+    "DEFAULT_CONTEXT",
+    "DEFAULT_HEAD_DIM",
+    "add_source_args",
+    "resolve_views",
+    "spec_dict",
+]
+
+DEFAULT_HEAD_DIM = 128
+DEFAULT_BASE = 500_000.0  # Llama 3.x
+DEFAULT_CONTEXT = 131_072  # Llama 3.1's extended context
+_SPEC_FLAGS = ("head_dim", "base", "rotary_dim", "layout", "p", "scaling", "factor", "original_length")
+
+
+def add_source_args(p: argparse.ArgumentParser) -> None:
+    """SOURCE, the spec flags, --layer-type, --context and --json."""
+    p.add_argument(
+        "source",
+        nargs="?",
+        default=None,
+        metavar="SOURCE",
+        help="a preset name (`ropekit presets`) or a config.json path (default: the spec flags)",
+    )
+    p.add_argument(
+        "--head-dim", type=int, default=None, help=f"channels per head (default {DEFAULT_HEAD_DIM})"
+    )
+    p.add_argument("--base", type=float, default=None, help=f"frequency base (default {DEFAULT_BASE:g})")
+    p.add_argument(
+        "--rotary-dim", type=int, default=None, help="leading channels that rotate (default: head dim)"
+    )
+    p.add_argument("--layout", choices=LAYOUTS, default=None, help="channel pairing (default half)")
+    p.add_argument("--p", type=float, default=None, help="p-RoPE fraction of frequencies kept (default 1)")
+    p.add_argument(
+        "--scaling",
+        choices=SCHEMES,
+        default=None,
+        help="scaling scheme with transformers' default parameters (longrope: use a config.json)",
+    )
+    p.add_argument("--factor", type=float, default=None, help="scaling factor s (with --scaling)")
+    p.add_argument(
+        "--original-length",
+        type=int,
+        default=None,
+        help="pretraining length L0 for --scaling dynamic/yarn/llama3 (default: context / factor)",
+    )
+    p.add_argument(
+        "--context",
+        type=int,
+        default=None,
+        help=f"context length (default: the model's, else {DEFAULT_CONTEXT})",
+    )
+    p.add_argument(
+        "--layer-type", default=None, help="one layer type of per-layer-type models (e.g. sliding_attention)"
+    )
+    p.add_argument("--json", action="store_true", help="print machine-readable JSON")
+
+
+def _check_context(context: int) -> None:
+    if context < 1:
+        raise ValueError(f"--context must be a positive int, got {context}")
+
+
+def _flag_spec(args: argparse.Namespace, context: int) -> RopeSpec:
+    if args.scaling is None:
+        extra = [f for f in ("factor", "original_length") if getattr(args, f) is not None]
+        if extra:
+            raise ValueError(f"--{extra[0].replace('_', '-')} needs --scaling (one of {', '.join(SCHEMES)})")
+        scaling = None
+    else:
+        if args.factor is None:
+            raise ValueError(f"--scaling {args.scaling} needs --factor")
+        if not args.factor >= 1.0:
+            raise ValueError(f"--factor must be >= 1, got {args.factor}")
+        L0 = args.original_length if args.original_length is not None else max(1, int(context / args.factor))
+        if L0 < 1:
+            raise ValueError(f"--original-length must be a positive int, got {L0}")
+        scaling = build_scheme(args.scaling, args.factor, L0)
+    return RopeSpec(
+        head_dim=DEFAULT_HEAD_DIM if args.head_dim is None else args.head_dim,
+        base=DEFAULT_BASE if args.base is None else args.base,
+        rotary_dim=args.rotary_dim,
+        layout="half" if args.layout is None else args.layout,
+        p=1.0 if args.p is None else args.p,
+        scaling=scaling,
+    )
+
+
+def resolve_views(args: argparse.Namespace) -> tuple[str | None, list[LayerView]]:
+    """(source name or None, one view per layer type) from the parsed source arguments."""
+    if args.context is not None:
+        _check_context(args.context)
+    if args.source is None:
+        if args.layer_type is not None:
+            raise ValueError("--layer-type needs a preset or config.json SOURCE")
+        context = DEFAULT_CONTEXT if args.context is None else args.context
+        return None, [LayerView(None, _flag_spec(args, context), context)]
+    given = [f"--{k.replace('_', '-')}" for k in _SPEC_FLAGS if getattr(args, k) is not None]
+    if given:
+        raise ValueError(
+            f"{', '.join(given)} cannot be combined with a preset or config file ({args.source!r})"
+        )
+    if args.source in PRESETS:
+        return args.source, get_preset(args.source).views(args.context, args.layer_type)
+    path = Path(args.source)
+    if not path.is_file():
+        raise ValueError(f"{args.source!r} is neither a preset ({', '.join(PRESETS)}) nor a config.json file")
+    try:
+        cfg = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{args.source!r} is not valid JSON: {e}") from None
+    if not isinstance(cfg, dict):
+        raise ValueError(  # noqa: TRY004 - a bad file is a bad argument value: exit 2 with the message
+            f"{args.source!r} must hold a JSON object (a config.json), got {type(cfg).__name__}"
+        )
+    if isinstance(cfg.get("text_config"), dict) and "rope_parameters" not in cfg and "rope_theta" not in cfg:
+        cfg = {
+            **cfg["text_config"],
+            "model_type": cfg["text_config"].get("model_type", cfg.get("model_type")),
+        }
+    context = (
+        args.context
+        if args.context is not None
+        else int(cfg.get("max_position_embeddings") or DEFAULT_CONTEXT)
+    )
+    return str(path), layer_views(cfg, context=context, layer_type=args.layer_type)
+
+
+def spec_dict(spec: RopeSpec) -> dict[str, Any]:
+    """The spec's fields as JSON data (scaling as its transformers ``rope_parameters`` keys)."""
+    return {
+        "head_dim": spec.head_dim,
+        "rotary_dim": spec.rotary_dim,
+        "base": spec.base,
+        "layout": spec.layout,
+        "p": spec.p,
+        "positional_bands": spec.n_positional_bands,
+        "freqs": None if spec.freqs is None else list(spec.freqs),
+        "scaling": None if spec.scaling is None else spec.scaling.to_hf(),
+        "attention_factor": spec.attention_factor,
+    }
