@@ -70,7 +70,11 @@ class AxisMap:
             names = tuple(self.names)
         except TypeError:
             raise ValueError(f"AxisMap.names must be a sequence of strings, got {self.names!r}") from None
-        if len(names) < 1 or not all(isinstance(s, str) and s for s in names) or len(set(names)) != len(names):
+        if (
+            len(names) < 1
+            or not all(isinstance(s, str) and s for s in names)
+            or len(set(names)) != len(names)
+        ):
             raise ValueError(f"AxisMap.names must be distinct non-empty strings, got {self.names!r}")
         object.__setattr__(self, "names", names)
         try:
@@ -98,7 +102,9 @@ class AxisMap:
 
     # ------------------------------------------------------------------ constructors
     @classmethod
-    def contiguous(cls, sections: tuple[int, ...] | list[int], names: tuple[str, ...] = ("t", "h", "w")) -> AxisMap:
+    def contiguous(
+        cls, sections: tuple[int, ...] | list[int], names: tuple[str, ...] = ("t", "h", "w")
+    ) -> AxisMap:
         """Consecutive blocks of slots per axis (Qwen2-VL ``mrope_section``, 2-D halves)."""
         return cls("contiguous", tuple(sections), tuple(names))
 

@@ -135,6 +135,10 @@ class Rotary(nn.Module):
         Returns:
             (q_rot, k_rot), k_rot None when k is None.
         """
+        if self.spec.axes is not None:  # multi-axis spec: positions [n_axes, ...] (ropekit.axis_tables)
+            from ropekit.axis_tables import rotary_forward_axes
+
+            return rotary_forward_axes(self, q, k, positions, inplace)
         check_positions(positions)
         if not isinstance(q, torch.Tensor) or q.dim() != (3 if self.format == "thd" else 4):
             _validate(q, k, positions, self.spec, self.format, inplace, "auto")  # raises the precise error
