@@ -15,6 +15,8 @@ Shapes: A axes, P any position shape, n = rotary_dim // 2 bands.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from ropekit.phases import _rope_tables, check_positions
@@ -76,14 +78,41 @@ def axis_tables(
         ValueError, TypeError: naming the argument (no axes, wrong leading dimension, bad positions).
     """
     pos = check_axis_positions(positions, spec)
+    if dtype not in (torch.float32, torch.float64):
+        raise ValueError(f"axis_tables dtype must be torch.float32 or torch.float64, got {dtype}")
     if spec.dynamic and seq_len is None and pos.numel() and pos.device.type != "meta":
         seq_len = int(pos.max().item()) + 1
-    cos_a, sin_a = [], []
-    for row in pos:
-        c, s = _rope_tables(row, spec, seq_len=seq_len, dtype=dtype, device=device)
-        cos_a.append(c)
-        sin_a.append(s)
-    return select_axes(torch.stack(cos_a), spec), select_axes(torch.stack(sin_a), spec)
+    out_device = torch.device(device) if device is not None else pos.device
+    cos = torch.empty((*pos.shape[1:], spec.n_bands), dtype=dtype, device=out_device)
+    sin = torch.empty_like(cos)
+    factor = spec.attention_factor
+    for a, (bands, sub) in enumerate(_axis_subspecs(spec, seq_len)):
+        if sub is None:
+            continue
+        # Only this axis's bands, each from the exact 1-D builder at the spec's own float64 frequency; the
+        # attention factor is applied in float64 before the one rounding, exactly as the 1-D builder does.
+        c, s = _rope_tables(pos[a], sub, dtype=torch.float64, device=out_device)
+        if factor != 1.0:
+            c, s = c * factor, s * factor
+        idx = torch.tensor(bands, dtype=torch.int64, device=out_device)
+        cos.index_copy_(-1, idx, c.to(dtype))
+        sin.index_copy_(-1, idx, s.to(dtype))
+    return cos, sin
+
+
+@functools.lru_cache(maxsize=256)
+def _axis_subspecs(
+    spec: RopeSpec, seq_len: int | None
+) -> tuple[tuple[tuple[int, ...], RopeSpec | None], ...]:
+    """Per axis: its bands and a plain spec holding exactly their float64 frequencies (None: no band)."""
+    assert spec.axes is not None
+    theta = spec.frequencies(seq_len if spec.dynamic else None).tolist()
+    out = []
+    for a in range(spec.axes.n_axes):
+        bands = spec.axes.bands_of(a)
+        sub = RopeSpec(head_dim=2 * len(bands), freqs=tuple(theta[j] for j in bands)) if bands else None
+        out.append((bands, sub))
+    return tuple(out)
 
 
 def apply_rope_axes(
@@ -140,7 +169,33 @@ def rotary_forward_axes(
     _check_positions_shape(pos[0], q, fmt)
     if fmt != "thd" and pos.dim() == 3 and pos.shape[1] == 1:
         pos = pos[:, 0]
-    tabs = [rotary.tables(row) for row in pos]  # type: ignore[operator]
-    cos = select_axes(torch.stack([c for c, _ in tabs]), spec).to(q.device)
-    sin = select_axes(torch.stack([s for _, s in tabs]), spec).to(q.device)
+    cos, sin = _cached_axis_tables(rotary, pos, spec)
+    cos, sin = cos.to(q.device), sin.to(q.device)
     return apply_rope_tables(q, k, cos, sin, spec, format=fmt, inplace=inplace)  # type: ignore[arg-type]
+
+
+def _cached_axis_tables(
+    rotary: torch.nn.Module, pos: torch.Tensor, spec: RopeSpec
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """[A, *P] -> [*P, n] through the module's exact cache, fetching each needed row once.
+
+    The rows of the distinct positions (or of the range lo..hi when that is no larger) come from
+    ``rotary.tables``; each band then takes its axis's row with one flat gather -- about the work of a 1-D
+    lookup, instead of one full lookup per axis.
+    """
+    assert spec.axes is not None
+    n = spec.n_bands
+    if pos.dtype.is_floating_point or pos.numel() == 0 or pos.device.type == "meta":
+        cos_a, sin_a = rotary.tables(pos)  # type: ignore[operator]
+        return select_axes(cos_a, spec), select_axes(sin_a, spec)
+    lo, hi = (int(v) for v in torch.aminmax(pos))
+    if hi - lo + 1 <= 2 * pos.numel():
+        rows = torch.arange(lo, hi + 1, dtype=torch.int64, device=pos.device)
+        inv = pos.to(torch.int64) - lo
+    else:
+        rows, inv = torch.unique(pos, return_inverse=True)
+    cos_r, sin_r = rotary.tables(rows)  # type: ignore[operator]  # [R, n]
+    slots = torch.tensor(spec.axes.slots, dtype=torch.int64, device=pos.device)
+    band_rows = inv.movedim(0, -1).index_select(-1, slots).to(cos_r.device)  # [*P, n]: row of each band
+    flat = band_rows * n + torch.arange(n, dtype=torch.int64, device=cos_r.device)
+    return cos_r.reshape(-1)[flat], sin_r.reshape(-1)[flat]
