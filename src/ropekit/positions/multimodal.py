@@ -153,7 +153,7 @@ def mrope_positions(
         if isinstance(seg, VisionBlock):
             ids = _block_ids(seg, cur, family, spatial_merge_size, tokens_per_second)
             top = max(top, int(ids.max()))
-            t, h, w = seg.grid_thw
+            _, h, w = seg.grid_thw
             cur = top + 1 if rule == "v4" else cur + max(h, w) // spatial_merge_size
         elif isinstance(seg, int) and not isinstance(seg, bool) and seg >= 0:
             ids = (torch.arange(seg, dtype=torch.int64) + cur).expand(3, seg)
