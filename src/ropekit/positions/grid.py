@@ -53,7 +53,7 @@ def grid_positions(shape: tuple[int, ...], *, start: int = 0) -> torch.Tensor:
         raise ValueError(f"shape must be a tuple of 1 to 4 positive ints, got {shape!r}")
     dims = [_pos_int("shape entries", s) for s in shape]
     if isinstance(start, bool) or not isinstance(start, int):
-        raise ValueError(f"start must be an int, got {start!r}")
+        raise TypeError(f"start must be an int, got {start!r}")
     axes = torch.meshgrid(*[torch.arange(d, dtype=torch.int64) for d in dims], indexing="ij")
     return torch.stack([a.reshape(-1) for a in axes]) + start
 
