@@ -289,7 +289,9 @@ def spec_from_hf(
     """Build a RopeSpec from a transformers config (object or config.json dict). See the module docstring."""
     r = _Reader(strict)
     cfg = _as_dict(config)
-    from ropekit.hf.config_vl import is_vl_config, spec_from_hf_vl  # VL (M-RoPE) configs: ropekit.hf.config_vl
+    from ropekit.hf.config_vl import is_vl_config, spec_from_hf_vl
+
+    # VL (M-RoPE) configs are parsed in hf/config_vl.py
 
     if is_vl_config(cfg):
         if layer_type is not None:

@@ -39,7 +39,7 @@ _MROPE_KEYS = ("mrope_section", "mrope_interleaved")
 
 
 def _family(model_type: str) -> str | None:
-    mt = model_type[: -len("_text")] if model_type.endswith("_text") else model_type
+    mt = model_type.removesuffix("_text")
     return mt if mt in VL_FAMILIES else None
 
 
