@@ -184,6 +184,7 @@ VL_PRESETS: dict[str, dict[str, Any]] = {
     "qwen3-vl-8b": _vl(
         "Qwen3-VL-8B-Instruct: interleaved M-RoPE [24, 20, 20], base 5e6",
         model_type="qwen3_vl",
+        max_position_embeddings=262144,  # copied from text_config for `ropekit inspect`'s default context
         text_config={
             "model_type": "qwen3_vl_text",
             "head_dim": 128,
@@ -201,6 +202,7 @@ VL_PRESETS: dict[str, dict[str, Any]] = {
     "glm-4.1v-9b": _vl(
         "GLM-4.1V-9B-Thinking: M-RoPE [8, 12, 12] over the rotary half (partial 0.5), interleaved pairs",
         model_type="glm4v",
+        max_position_embeddings=65536,  # copied from text_config for `ropekit inspect`'s default context
         text_config={
             "model_type": "glm4v_text",
             "hidden_size": 4096,
