@@ -36,6 +36,8 @@ __all__ = [
     "mrope_decode_positions",
     "mrope_position_ids",
     "mrope_positions",
+    "split_text_row",
+    "videorope_positions",
 ]
 
 Family = Literal["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "glm4v"]
@@ -321,3 +323,66 @@ def mrope_decode_positions(
         start = torch.tensor([[past_length]], dtype=torch.int64, device=d.device)
     ids = start + torch.arange(seq_len, dtype=torch.int64, device=d.device) + d  # [b, s]
     return ids.unsqueeze(0).expand(3, -1, -1).clone()
+
+
+def split_text_row(position_ids: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """Split Qwen3-VL / ERNIE 4-row ids ``[text; t; h; w]`` into (text row or None, the 3 M-RoPE rows).
+
+    Row 0 drives masking and packing only; rows 1-3 drive the rotation. A 3-row input has no text row; a
+    [b, s] input is broadcast to the three axes (pure text).
+    """
+    p = position_ids
+    if not isinstance(p, torch.Tensor) or p.dim() not in (2, 3):
+        raise ValueError(f"position_ids must be [4 or 3, b, s] or [b, s], got {getattr(p, 'shape', p)!r}")
+    if p.dim() == 2:
+        return None, p.unsqueeze(0).expand(3, -1, -1)
+    if p.shape[0] == 4:
+        return p[0], p[1:]
+    if p.shape[0] == 3:
+        return None, p
+    raise ValueError(f"position_ids must have 4 ([text; t; h; w]) or 3 ([t; h; w]) rows, got {p.shape[0]}")
+
+
+def videorope_positions(
+    segments: Sequence[int | VisionBlock], *, delta: float = 1.0, spatial_merge_size: int = 2, start: int = 0
+) -> torch.Tensor:
+    """VideoRoPE ids (Wei et al. 2025, arXiv 2502.05173): diagonal layout + adjustable temporal spacing.
+
+    A vision block at offset s gets ``t = s + i * delta`` per frame, ``h = row - (H'-1) // 2 + t`` and
+    ``w = col - (W'-1) // 2 + t`` (spatially centred, moving with the frame); the next token starts at
+    ``max(t row) + 1`` (multiaxis.md 9.1). Use with :func:`ropekit.presets_vl.videorope_spec` (low-frequency
+    temporal allocation).
+
+    Returns:
+        [3, L]: int64 when ``delta`` is an integer, float64 otherwise (fractional positions are exact).
+    """
+    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not delta > 0:
+        raise ValueError(f"delta must be a positive number, got {delta!r}")
+    m = spatial_merge_size
+    if not _pos_int(m):
+        raise ValueError(f"spatial_merge_size must be a positive int, got {m!r}")
+    cur = float(start)
+    parts: list[torch.Tensor] = []
+    for seg in segments:
+        if isinstance(seg, VisionBlock):
+            t, h, w = seg.grid_thw
+            if h % m or w % m:
+                raise ValueError(f"VisionBlock.grid_thw={seg.grid_thw} has h or w not divisible by {m}")
+            hh, ww = h // m, w // m
+            tt = cur + torch.arange(t, dtype=torch.float64) * float(delta)
+            ti, ri, ci = torch.meshgrid(
+                tt,
+                torch.arange(hh, dtype=torch.float64),
+                torch.arange(ww, dtype=torch.float64),
+                indexing="ij",
+            )
+            ids = torch.stack([ti, ri - (hh - 1) // 2 + ti, ci - (ww - 1) // 2 + ti]).reshape(3, -1)
+            cur = float(tt.max()) + 1.0
+        elif isinstance(seg, int) and not isinstance(seg, bool) and seg >= 0:
+            ids = (torch.arange(seg, dtype=torch.float64) + cur).expand(3, seg)
+            cur += seg
+        else:
+            raise ValueError(f"segments must hold non-negative ints (text runs) or VisionBlocks, got {seg!r}")
+        parts.append(ids)
+    out = torch.cat(parts, dim=1) if parts else torch.zeros(3, 0, dtype=torch.float64)
+    return out.to(torch.int64) if float(delta).is_integer() and float(start).is_integer() else out

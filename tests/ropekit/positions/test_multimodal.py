@@ -176,3 +176,28 @@ def test_errors() -> None:
         mrope_position_ids(torch.tensor([[0, 0]]), image_grid_thw=[[1, 4, 6]])
     with pytest.raises(ValueError, match="second_per_grid_ts has 2 entries for 1 videos"):
         mrope_position_ids(torch.tensor([[2]]), video_grid_thw=[[1, 2, 2]], second_per_grid_ts=[1.0, 2.0])
+
+
+def test_videorope_diagonal_layout_example_9_1() -> None:
+    from ropekit.positions.multimodal import videorope_positions
+
+    ids = videorope_positions([5, VisionBlock((2, 6, 6), video=True), 1], delta=1)
+    f0, f1 = ids[:, 5:14], ids[:, 14:23]
+    assert f0[0].tolist() == [5] * 9 and f1[0].tolist() == [6] * 9
+    assert f0[1].tolist() == [4, 4, 4, 5, 5, 5, 6, 6, 6] and f0[2].tolist() == [4, 5, 6] * 3
+    assert torch.equal(f1[1:], f0[1:] + 1)
+    assert ids[:, -1].tolist() == [7, 7, 7]  # next text at max(t row) + 1
+    half = videorope_positions([VisionBlock((3, 2, 2), video=True)], delta=0.5)
+    assert half.dtype == torch.float64 and half[0].tolist() == [0.0, 0.5, 1.0]
+
+
+def test_split_text_row() -> None:
+    from ropekit.positions.multimodal import split_text_row
+
+    p4 = torch.arange(4 * 2 * 3).reshape(4, 2, 3)
+    text, rows = split_text_row(p4)
+    assert torch.equal(text, p4[0]) and torch.equal(rows, p4[1:])  # type: ignore[arg-type]
+    assert split_text_row(p4[1:])[0] is None
+    assert split_text_row(p4[0])[1].shape == (3, 2, 3)
+    with pytest.raises(ValueError, match="4 .* or 3 .* rows, got 2"):
+        split_text_row(p4[:2])
