@@ -9,7 +9,7 @@ import torch
 
 T = pytest.importorskip("transformers")
 
-from ropekit.hf.patch_vl import RopekitVLRotary, patch_vl, unpatch_vl  # noqa: E402
+from ropekit.hf.patch_vl import RopekitVLRotary, patch_vl, unpatch_vl
 
 IMG, VID, START = 5, 6, 4
 TEXT = {"vocab_size": 100, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
@@ -46,6 +46,28 @@ def _model(family: str):
             vision_start_token_id=START, **tok,
         )  # fmt: skip
         return T.Qwen3VLForConditionalGeneration(cfg)
+    if family == "qwen3_vl_moe":
+        cfg = T.Qwen3VLMoeConfig(
+            text_config={**TEXT, "head_dim": 16, "num_experts": 4, "num_experts_per_tok": 2,
+                         "moe_intermediate_size": 32, "decoder_sparse_step": 1,
+                         "rope_parameters": {**rp, "mrope_section": [4, 2, 2], "mrope_interleaved": True}},
+            vision_config={**VISION, "intermediate_size": 64, "out_hidden_size": 64, "num_position_embeddings": 16,
+                           "deepstack_visual_indexes": [0]},
+            vision_start_token_id=START, **tok,
+        )  # fmt: skip
+        return T.Qwen3VLMoeForConditionalGeneration(cfg)
+    if family == "ernie4_5_vl_moe":
+        from transformers.models.ernie4_5_vl_moe import modeling_ernie4_5_vl_moe as m
+        from transformers.models.ernie4_5_vl_moe.configuration_ernie4_5_vl_moe import Ernie4_5_VLMoeConfig
+
+        cfg = Ernie4_5_VLMoeConfig(
+            text_config={**TEXT, "moe_intermediate_size": [32, 32], "moe_k": 2, "moe_num_experts": 4,
+                         "moe_num_shared_experts": 1, "rope_parameters": {**rp, "mrope_section": [3, 3, 2]}},
+            vision_config={"depth": 1, "hidden_size": 32, "num_heads": 2, "intermediate_size": 64,
+                           "spatial_merge_size": 2, "temporal_merge_size": 2, "patch_size": 14},
+            image_start_token_id=START, image_end_token_id=7, video_start_token_id=8, video_end_token_id=9, **tok,
+        )  # fmt: skip
+        return m.Ernie4_5_VLMoeForConditionalGeneration(cfg)
     cfg = T.Glm4vConfig(
         text_config={**TEXT, "rope_parameters": {**rp, "mrope_section": [2, 1, 1], "partial_rotary_factor": 0.5}},
         vision_config={**VISION, "intermediate_size": 64, "out_hidden_size": 64, "image_size": 56},
@@ -69,26 +91,43 @@ def _inputs(family: str) -> dict:
         r1 = r1[-len(r0) :]
         kw = {"pixel_values_videos": torch.randn(32, 3 * 2 * 14 * 14), "video_grid_thw": torch.tensor([[2, 4, 4]]),
               "second_per_grid_ts": torch.tensor([0.4])}  # fmt: skip
+    if family == "ernie4_5_vl_moe":
+        pix_dim = 3 * 14 * 14  # ERNIE merges time in the vision tower, not in the patch
+    else:
+        pix_dim = 3 * 2 * 14 * 14
     ids = torch.tensor([r0, r1])
     mask = (ids != 0).long()
     types_ = (ids == IMG).long() + 2 * (ids == VID).long()
     return {"input_ids": ids, "attention_mask": mask, "mm_token_type_ids": types_,
-            "pixel_values": torch.randn(pix, 3 * 2 * 14 * 14), "image_grid_thw": torch.tensor(grids), **kw}  # fmt: skip
+            "pixel_values": torch.randn(pix, pix_dim), "image_grid_thw": torch.tensor(grids), **kw}  # fmt: skip
 
 
-@pytest.mark.parametrize("family", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "glm4v"])
+_SLOW = (
+    pytest.mark.slow
+)  # CI runs three families (half-split contiguous + video, interleaved); `make test-all` all six
+FAMILIES = [
+    "qwen2_vl",
+    "qwen2_5_vl",
+    "qwen3_vl",
+    pytest.param("qwen3_vl_moe", marks=_SLOW),
+    pytest.param("glm4v", marks=_SLOW),
+    pytest.param("ernie4_5_vl_moe", marks=_SLOW),
+]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
 def test_patched_equals_unpatched(family: str) -> None:
     torch.manual_seed(0)
     model = _model(family).eval()
     kw = _inputs(family)
     with torch.no_grad():
         ref = model(**kw).logits
-        ref_gen = model.generate(**kw, max_new_tokens=5, do_sample=False)
+        ref_gen = model.generate(**kw, max_new_tokens=4, do_sample=False)
         patch_vl(model)
         kinds = sorted(m.kind for m in model.modules() if isinstance(m, RopekitVLRotary))
         assert kinds == ["text", "vision"]
         got = model(**kw).logits
-        got_gen = model.generate(**kw, max_new_tokens=5, do_sample=False)
+        got_gen = model.generate(**kw, max_new_tokens=4, do_sample=False)
     assert float((got - ref).abs().max() / ref.abs().max()) <= 1e-4
     assert torch.equal(got_gen, ref_gen)
     unpatch_vl(model)
