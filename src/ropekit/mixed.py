@@ -154,7 +154,7 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, fmt: str) -> 
         cos, sin = cos.transpose(0, 1), sin.transpose(0, 1)  # [h, s, n]
     cdt = torch.float64 if x.dtype == torch.float64 else torch.float32
     c, s = cos.to(cdt), sin.to(cdt)
-    pairs = x.to(cdt).unflatten(-1, (-1, 2))  # [..., n, 2]
+    pairs = x.to(cdt).reshape(*x.shape[:-1], -1, 2)  # [..., n, 2]
     x1, x2 = pairs[..., 0], pairs[..., 1]
     out = torch.stack([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1).flatten(-2)
     return out.to(x.dtype)

@@ -16,6 +16,8 @@ restores the original modules. The integrator may route ``ropekit.hf.patch`` her
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -44,7 +46,7 @@ _ORIGINALS = "_ropekit_vl_originals"
 
 def _exact_frequencies(orig: nn.Module) -> tuple[float, ...]:
     """transformers' float32 ``inv_freq``, each replaced by the exact float64 ``base^(-2j/dim)`` it rounds from."""
-    cfg = orig.config  # type: ignore[attr-defined]
+    cfg = orig.config
     rp = dict(getattr(cfg, "rope_parameters", None) or {})
     if rp.get("rope_type", "default") not in ("default", "axial"):
         raise ValueError(
@@ -73,10 +75,10 @@ class RopekitVLRotary(nn.Module):
     def __init__(self, orig: nn.Module, kind: str, cast: bool) -> None:
         super().__init__()
         self.kind, self.cast = kind, cast
-        self.config = orig.config  # type: ignore[attr-defined]
+        self.config = orig.config
         self.attention_scaling = float(getattr(orig, "attention_scaling", 1.0))
-        self.recomposition_frequencies = orig.recomposition_frequencies  # bound method of the original
-        self.inv_freq = orig.inv_freq  # type: ignore[attr-defined]
+        self._recompose: Callable[[torch.Tensor], torch.Tensor] = orig.recomposition_frequencies  # type: ignore[assignment]
+        self.inv_freq = orig.inv_freq
         if hasattr(orig, "mrope_section"):
             self.mrope_section = orig.mrope_section
         freqs = _exact_frequencies(orig)
@@ -92,7 +94,7 @@ class RopekitVLRotary(nn.Module):
         cos, sin = rope_tables(pos, self.spec, device=x.device)  # float32, exact phases
         if self.attention_scaling != 1.0:
             cos, sin = cos * self.attention_scaling, sin * self.attention_scaling
-        cos, sin = self.recomposition_frequencies(cos), self.recomposition_frequencies(sin)
+        cos, sin = self._recompose(cos), self._recompose(sin)
         if self.cast:
             cos, sin = cos.to(x.dtype), sin.to(x.dtype)
         return cos, sin

@@ -167,7 +167,8 @@ def pixtral_patch_ids(height: int, width: int, max_width: int) -> torch.Tensor:
             f"a {h} x {w} patch grid does not fit Pixtral's max_width={mw} (image_size // patch_size)"
         )
     rows, cols = grid_positions((h, w))
-    return rows * mw + cols
+    ids: torch.Tensor = rows * mw + cols
+    return ids
 
 
 def pixtral_positions_from_ids(ids: torch.Tensor, max_width: int) -> torch.Tensor:
