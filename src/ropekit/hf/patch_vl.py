@@ -2,7 +2,7 @@
 """``patch_vl(model)``: transformers' vision-language models take their M-RoPE and vision-tower tables from ropekit.
 
 Every text M-RoPE rotary (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3-VL-MoE, GLM-4V, ERNIE-4.5-VL) and every 2-D
-vision-tower rotary of those families is replaced by :class:`RopekitVLRotary`, which keeps the call signature
+vision-tower rotary of those families and of Pixtral is replaced by :class:`RopekitVLRotary`, which keeps the call signature
 ``(x, position_ids)`` and the output format. It computes cos/sin of ``position * theta_k`` with ropekit's exact
 float64-reduced phases for each of transformers' frequencies (matched to the exact float64 value they round
 from, in transformers' own order -- ERNIE's pre-permuted table included) and hands them to the original module's
@@ -40,6 +40,7 @@ VL_ROTARY_CLASSES: dict[str, tuple[str, bool]] = {
     "Qwen3VLMoeVisionRotaryEmbedding": ("vision", False),
     "Glm4vVisionRotaryEmbedding": ("vision", False),
     "Ernie4_5_VLMoeVisionRotaryEmbedding": ("vision", False),
+    "PixtralVisionRotaryEmbedding": ("vision", True),
 }
 _ORIGINALS = "_ropekit_vl_originals"
 

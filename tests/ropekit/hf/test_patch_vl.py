@@ -137,3 +137,19 @@ def test_patched_equals_unpatched(family: str) -> None:
 def test_refuses_models_without_vl_rotary() -> None:
     with pytest.raises(ValueError, match="no VL rotary module"):
         patch_vl(torch.nn.Linear(2, 2))
+
+
+def test_pixtral_vision_encoder_equal_at_two_resolutions() -> None:
+    cfg = T.PixtralVisionConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                head_dim=16, image_size=112, patch_size=14)  # fmt: skip
+    model = T.PixtralVisionModel(cfg).eval()
+    for h, w in ((112, 112), (56, 98)):  # the training size and a smaller, non-square one
+        x = torch.randn(1, 3, h, w)
+        with torch.no_grad():
+            ref = model(x, image_sizes=[(h, w)]).last_hidden_state
+            patch_vl(model)
+            assert isinstance(model.transformer.layers[0], torch.nn.Module)
+            assert any(isinstance(m, RopekitVLRotary) for m in model.modules())
+            got = model(x, image_sizes=[(h, w)]).last_hidden_state
+            unpatch_vl(model)
+        assert float((got - ref).abs().max() / ref.abs().max()) <= 1e-4
