@@ -2,9 +2,10 @@
 """Exact multi-axis cos/sin tables and the ``apply_rope``-level entry point for multi-axis positions.
 
 A multi-axis spec (``RopeSpec.axes``, :mod:`ropekit.axes`) turns band j by ``pos[a(j)] * theta_j``. The tables
-are built by calling the exact 1-D builder (:func:`ropekit.rope_tables`: float64 angles reduced mod 2*pi) once
-per axis and selecting, for every band, the column of its axis -- so each entry is bit-identical to the 1-D
-table at that axis's position and exactness is inherited, not re-implemented. The result has the 1-D shape
+gather each band's axis position and then apply :mod:`ropekit.phases`' float64 recipe (product with the spec's
+float64 frequencies, reduction mod 2*pi, cos/sin, attention factor, one rounding) elementwise -- the same
+operations in the same order, so each entry is bit-identical to the 1-D table at that axis's position (tested
+against :func:`ropekit.rope_tables`), at the cost of one 1-D table plus a gather. The result has the 1-D shape
 [*P, n], so every rotation backend (torch, fused CPU, Triton) rotates it unchanged: multi-axis RoPE needs no
 new rotation path (M-RoPE: Wang et al. 2024, "Qwen2-VL", arXiv 2409.12191; 2-D: Heo et al. 2024, arXiv
 2403.13298).
@@ -16,12 +17,15 @@ Shapes: A axes, P any position shape, n = rotary_dim // 2 bands.
 from __future__ import annotations
 
 import functools
+import math
 
 import torch
 
-from ropekit.phases import _rope_tables, check_positions
+from ropekit.phases import _compute_device, check_positions
 from ropekit.rotation.apply import FORMATS, Format, _check_positions_shape, apply_rope_tables
 from ropekit.spec import RopeSpec
+
+_TWO_PI = 2.0 * math.pi
 
 __all__ = ["apply_rope_axes", "axis_tables", "check_axis_positions", "rotary_forward_axes", "select_axes"]
 
@@ -83,36 +87,42 @@ def axis_tables(
     if spec.dynamic and seq_len is None and pos.numel() and pos.device.type != "meta":
         seq_len = int(pos.max().item()) + 1
     out_device = torch.device(device) if device is not None else pos.device
-    cos = torch.empty((*pos.shape[1:], spec.n_bands), dtype=dtype, device=out_device)
-    sin = torch.empty_like(cos)
-    factor = spec.attention_factor
-    for a, (bands, sub) in enumerate(_axis_subspecs(spec, seq_len)):
-        if sub is None:
-            continue
-        # Only this axis's bands, each from the exact 1-D builder at the spec's own float64 frequency; the
-        # attention factor is applied in float64 before the one rounding, exactly as the 1-D builder does.
-        c, s = _rope_tables(pos[a], sub, dtype=torch.float64, device=out_device)
-        if factor != 1.0:
-            c, s = c * factor, s * factor
-        idx = torch.tensor(bands, dtype=torch.int64, device=out_device)
-        cos.index_copy_(-1, idx, c.to(dtype))
-        sin.index_copy_(-1, idx, s.to(dtype))
-    return cos, sin
+    n = spec.n_bands
+    if out_device.type == "meta" or pos.device.type == "meta":
+        shape = (*pos.shape[1:], n)
+        return torch.empty(shape, dtype=dtype, device="meta"), torch.empty(shape, dtype=dtype, device="meta")
+    work = _compute_device(out_device)
+    freqs = spec.frequencies(seq_len if spec.dynamic else None, device=work)  # float64 [n]
+    slots = _slots(spec, work)
+    with torch.autocast(device_type=work.type, enabled=False):
+        # the position of every band's own axis, [*P, n]; then phases' float64 recipe, elementwise
+        band_pos = pos.to(work).movedim(0, -1).index_select(-1, slots).to(torch.float64)
+        cos, sin = _tables_from_angles_banded(band_pos, freqs, spec.attention_factor, dtype)
+    return cos.to(out_device), sin.to(out_device)
+
+
+def _tables_from_angles_banded(
+    band_pos: torch.Tensor, freqs64: torch.Tensor, factor: float, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`ropekit.phases` recipe with a position per band: the same float64 operations in the same order
+    (product, reduction mod 2*pi, cos/sin, attention factor, one rounding), so a band's entry is bit-identical to
+    the 1-D table at that band's position."""
+    angle = torch.remainder(band_pos * freqs64, _TWO_PI)  # elementwise float64: no matmul, no TF32/autocast
+    cos, sin = torch.cos(angle), torch.sin(angle)
+    if factor != 1.0:
+        cos, sin = cos * factor, sin * factor
+    return cos.to(dtype), sin.to(dtype)
 
 
 @functools.lru_cache(maxsize=256)
-def _axis_subspecs(
-    spec: RopeSpec, seq_len: int | None
-) -> tuple[tuple[tuple[int, ...], RopeSpec | None], ...]:
-    """Per axis: its bands and a plain spec holding exactly their float64 frequencies (None: no band)."""
+def _slots_cpu(spec: RopeSpec) -> torch.Tensor:
     assert spec.axes is not None
-    theta = spec.frequencies(seq_len if spec.dynamic else None).tolist()
-    out = []
-    for a in range(spec.axes.n_axes):
-        bands = spec.axes.bands_of(a)
-        sub = RopeSpec(head_dim=2 * len(bands), freqs=tuple(theta[j] for j in bands)) if bands else None
-        out.append((bands, sub))
-    return tuple(out)
+    return torch.tensor(spec.axes.slots, dtype=torch.int64, device="cpu")
+
+
+def _slots(spec: RopeSpec, device: torch.device) -> torch.Tensor:
+    t = _slots_cpu(spec)
+    return t if device.type == "cpu" else t.to(device)
 
 
 def apply_rope_axes(
