@@ -225,3 +225,25 @@ def test_errors_name_the_argument() -> None:
         apply_rope_axes(q, None, torch.zeros(3, 7, dtype=torch.bfloat16), spec)
     with pytest.raises(ValueError, match="must be finite"):
         apply_rope_axes(q, None, torch.full((3, 7), math.inf), spec)
+
+
+@pytest.mark.parametrize(
+    "scaling",
+    [
+        pytest.param(
+            lambda s: s.Yarn(factor=4.0, original_max_position_embeddings=64), id="yarn-attention-factor"
+        ),
+        pytest.param(lambda s: s.DynamicNTK(factor=2.0, max_position_embeddings=64), id="dynamic-ntk"),
+    ],
+)
+def test_scaled_specs_equal_axes_bit_identical_to_one_d(scaling) -> None:
+    import ropekit.scaling as sc
+
+    axes = qwen2_vl_spec(16, 1e4, (2, 3, 3)).axes
+    spec = RopeSpec(head_dim=16, base=1e4, scaling=scaling(sc), axes=axes)
+    p = torch.arange(300)  # beyond the original length: dynamic NTK rescales from max + 1
+    cos, sin = axis_tables(p.expand(3, 300), spec)
+    c1, s1 = rope_tables(p, spec)
+    assert torch.equal(cos, c1) and torch.equal(sin, s1)
+    if spec.attention_factor != 1.0:
+        assert float(cos.abs().max()) > 1.0  # the factor is applied
