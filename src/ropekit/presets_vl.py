@@ -23,6 +23,7 @@ from ropekit.spec import RopeSpec
 
 __all__ = [
     "VL_PRESETS",
+    "axial_spec",
     "dinov3_spec",
     "ernie_vl_spec",
     "glm4v_spec",
@@ -153,6 +154,27 @@ def dinov3_spec(head_dim: int = 64, base: float = 100.0) -> RopeSpec:
         layout="half",
         axes=AxisMap.halves(head_dim // 2, ("row", "col")),
     )
+
+
+def axial_spec(
+    head_dim: int,
+    sections: tuple[int, ...],
+    names: tuple[str, ...] = ("t", "row", "col"),
+    *,
+    base: float = 100.0,
+    layout: str = "interleaved",
+) -> RopeSpec:
+    """N-D axial RoPE (e.g. video: frames x rows x cols): axis a owns ``sections[a]`` consecutive bands with
+    ``theta_k = base^(-k / sections[a])``, k < sections[a] -- RoPE-ViT's per-axis table generalised to any number
+    of axes and any split (``sections=(D/4, D/4)`` is :func:`rope_vit_axial_spec`)."""
+    _check_head_dim(head_dim, 2, "axial_spec")
+    sec = tuple(sections)
+    if sum(sec) != head_dim // 2 or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in sec):
+        raise ValueError(
+            f"axial_spec: sections must be positive ints summing to head_dim/2={head_dim // 2}, got {sections!r}"
+        )
+    freqs = tuple(float(base) ** (-k / s) for s in sec for k in range(s))
+    return RopeSpec(head_dim=head_dim, freqs=freqs, layout=layout, axes=AxisMap.contiguous(sec, tuple(names)))  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------- released VL checkpoints

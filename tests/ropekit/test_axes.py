@@ -113,3 +113,15 @@ def test_spec_rejects_sections_not_summing_to_half_rotary_dim() -> None:
         RopeSpec(head_dim=8, axes=(2, 1, 1))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="multiple of 4"):
         dinov3_spec(18)
+
+
+def test_axial_nd_spec() -> None:
+    from ropekit.presets_vl import axial_spec
+
+    two = axial_spec(16, (4, 4), ("x", "y"))
+    assert two == rope_vit_axial_spec(16)  # 2-D halves are RoPE-ViT axial
+    video = axial_spec(24, (4, 4, 4))
+    assert video.axes.letters() == "TTTTRRRRCCCC"  # type: ignore[union-attr]
+    assert video.freqs[4:8] == tuple(100.0 ** (-k / 4) for k in range(4))  # type: ignore[index]
+    with pytest.raises(ValueError, match="summing to head_dim/2=12"):
+        axial_spec(24, (4, 4, 3))

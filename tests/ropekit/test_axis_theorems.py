@@ -22,6 +22,7 @@ from ropekit import RopeSpec, apply_rope
 from ropekit.axes import AxisMap
 from ropekit.axis_tables import apply_rope_axes
 from ropekit.presets_vl import (
+    axial_spec,
     dinov3_spec,
     ernie_vl_spec,
     glm4v_spec,
@@ -45,6 +46,7 @@ SPECS = {
     "llama4_vision": llama4_vision_spec(64),
     "rope_vit_axial": rope_vit_axial_spec(64),
     "dinov3": dinov3_spec(64),
+    "axial_3d_video": axial_spec(24, (4, 4, 4)),
     "explicit_3d": RopeSpec(head_dim=16, axes=AxisMap("explicit", (2, 0, 1, 1, 0, 2, 2, 0))),
 }
 
