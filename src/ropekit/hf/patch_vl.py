@@ -11,7 +11,8 @@ angles lose ~pos * 6e-8 rad; ropekit's are exact). The attention code and its ap
 
 So a float32 model gives the same logits within float32 rounding (tests: ``tests/ropekit/hf/test_patch_vl.py``),
 and long contexts or large temporal ids (Qwen2.5-VL's absolute time) keep exact phases. :func:`unpatch_vl`
-restores the original modules. The integrator may route ``ropekit.hf.patch`` here for VL model types.
+restores the original modules. Llama 4's vision encoder keeps a fixed complex table; it is rebuilt exactly by
+:class:`RopekitLlama4VisionRotary`. The integrator may route ``ropekit.hf.patch`` here for VL model types.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from torch import nn
 from ropekit.phases import rope_tables
 from ropekit.spec import RopeSpec
 
-__all__ = ["VL_ROTARY_CLASSES", "RopekitVLRotary", "patch_vl", "unpatch_vl"]
+__all__ = ["VL_ROTARY_CLASSES", "RopekitLlama4VisionRotary", "RopekitVLRotary", "patch_vl", "unpatch_vl"]
 
 #: rotary class name -> (kind, output cast to x.dtype like the original)
 VL_ROTARY_CLASSES: dict[str, tuple[str, bool]] = {
@@ -101,6 +102,35 @@ class RopekitVLRotary(nn.Module):
         return cos, sin
 
 
+class RopekitLlama4VisionRotary(nn.Module):
+    """Llama 4's vision rotary (a fixed complex table ``freqs_ci`` [idx^2 + 1, 1, D/2]) rebuilt from
+    :func:`ropekit.presets_vl.llama4_vision_spec`: 1-based (x, y), class token last at angle 0, exact phases."""
+
+    def __init__(self, orig: nn.Module) -> None:
+        super().__init__()
+        from ropekit.axis_tables import axis_tables
+        from ropekit.positions.grid import grid_positions, with_prefix
+        from ropekit.presets_vl import llama4_vision_spec
+
+        cfg = orig.config
+        self.config = cfg
+        idx = int(cfg.image_size) // int(cfg.patch_size)
+        head_dim = int(cfg.hidden_size) // int(cfg.num_attention_heads)
+        spec = llama4_vision_spec(head_dim, float(cfg.rope_parameters["rope_theta"]))
+        xy = with_prefix(grid_positions((idx, idx), start=1)[[1, 0]], 1, where="last")
+        cos, sin = axis_tables(xy, spec)  # [idx^2 + 1, D/2]
+        ref = orig.freqs_ci
+        table = torch.complex(cos, sin).unsqueeze(1)
+        if tuple(table.shape) != tuple(ref.shape):  # pragma: no cover - a transformers layout change
+            raise ValueError(
+                f"Llama 4 vision table shape {tuple(ref.shape)} differs from ropekit's {tuple(table.shape)}"
+            )
+        self.register_buffer("freqs_ci", table.to(ref.device), persistent=False)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.freqs_ci.to(hidden_states.device)
+
+
 def patch_vl(model: nn.Module) -> nn.Module:
     """Replace every VL rotary module of ``model`` in place (text M-RoPE and vision towers); returns the model.
 
@@ -112,6 +142,9 @@ def patch_vl(model: nn.Module) -> nn.Module:
     swaps: list[tuple[nn.Module, str, nn.Module, nn.Module]] = []
     for _, parent in model.named_modules():
         for child_name, child in parent.named_children():
+            if type(child).__name__ == "Llama4VisionRotaryEmbedding":
+                swaps.append((parent, child_name, child, RopekitLlama4VisionRotary(child)))
+                continue
             entry = VL_ROTARY_CLASSES.get(type(child).__name__)
             if entry is not None:
                 swaps.append(

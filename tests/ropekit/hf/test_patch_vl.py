@@ -153,3 +153,17 @@ def test_pixtral_vision_encoder_equal_at_two_resolutions() -> None:
             got = model(x, image_sizes=[(h, w)]).last_hidden_state
             unpatch_vl(model)
         assert float((got - ref).abs().max() / ref.abs().max()) <= 1e-4
+
+
+def test_llama4_vision_encoder_equal() -> None:
+    cfg = T.Llama4VisionConfig(hidden_size=64, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+                               image_size=56, patch_size=14, vision_output_dim=64, projector_input_dim=64,
+                               projector_output_dim=64, pixel_shuffle_ratio=0.5)  # fmt: skip
+    model = T.Llama4VisionModel(cfg).eval()
+    x = torch.randn(1, 3, 56, 56)
+    with torch.no_grad():
+        ref = model(x).last_hidden_state
+        patch_vl(model)
+        assert any(type(m).__name__ == "RopekitLlama4VisionRotary" for m in model.modules())
+        got = model(x).last_hidden_state
+    assert float((got - ref).abs().max() / ref.abs().max()) <= 1e-4
