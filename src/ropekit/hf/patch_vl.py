@@ -18,6 +18,7 @@ restores the original modules. Llama 4's vision encoder keeps a fixed complex ta
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -106,20 +107,22 @@ class RopekitLlama4VisionRotary(nn.Module):
     """Llama 4's vision rotary (a fixed complex table ``freqs_ci`` [idx^2 + 1, 1, D/2]) rebuilt from
     :func:`ropekit.presets_vl.llama4_vision_spec`: 1-based (x, y), class token last at angle 0, exact phases."""
 
+    freqs_ci: torch.Tensor
+
     def __init__(self, orig: nn.Module) -> None:
         super().__init__()
         from ropekit.axis_tables import axis_tables
         from ropekit.positions.grid import grid_positions, with_prefix
         from ropekit.presets_vl import llama4_vision_spec
 
-        cfg = orig.config
+        cfg: Any = orig.config
         self.config = cfg
         idx = int(cfg.image_size) // int(cfg.patch_size)
         head_dim = int(cfg.hidden_size) // int(cfg.num_attention_heads)
         spec = llama4_vision_spec(head_dim, float(cfg.rope_parameters["rope_theta"]))
         xy = with_prefix(grid_positions((idx, idx), start=1)[[1, 0]], 1, where="last")
         cos, sin = axis_tables(xy, spec)  # [idx^2 + 1, D/2]
-        ref = orig.freqs_ci
+        ref: torch.Tensor = orig.freqs_ci  # type: ignore[assignment]
         table = torch.complex(cos, sin).unsqueeze(1)
         if tuple(table.shape) != tuple(ref.shape):  # pragma: no cover - a transformers layout change
             raise ValueError(
