@@ -11,6 +11,10 @@ Public API:
     Rotary              nn.Module for attention layers (float32 cache immune to dtype casts)
     positions_*         builders of explicit position ids (offsets, padding masks, packed documents)
     scaling             phase maps (Linear position interpolation; more schemes join here)
+    AxisMap             band-to-axis assignment of multi-axis RoPE (M-RoPE, 2-D / 3-D vision RoPE)
+    apply_rope_axes     rotate q and k at multi-axis positions [n_axes, ...]
+    axis_tables         exact cos/sin tables for multi-axis positions
+    MixedRotary         RoPE-Mixed: learnable per-head 2-D frequencies (nn.Module)
 
 Subpackages imported on demand:
     ropekit.distributed context parallelism: global positions of sequence shards (contiguous, zigzag, stripe,
@@ -18,6 +22,9 @@ Subpackages imported on demand:
 """
 
 from ropekit import scaling
+from ropekit.axes import AxisMap
+from ropekit.axis_tables import apply_rope_axes, axis_tables
+from ropekit.mixed import MixedRotary
 from ropekit.module import Rotary
 from ropekit.phases import rope_tables
 from ropekit.positions import positions_from_cu_seqlens, positions_from_mask, positions_with_offset
@@ -29,12 +36,16 @@ from ropekit.spec import RopeSpec
 __version__ = "0.1.0"
 
 __all__ = [
+    "AxisMap",
+    "MixedRotary",
     "RopeSpec",
     "Rotary",
     "__version__",
     "apply_rope",
+    "apply_rope_axes",
     "apply_rope_tables",
     "apply_rope_varlen",
+    "axis_tables",
     "positions_from_cu_seqlens",
     "positions_from_mask",
     "positions_with_offset",

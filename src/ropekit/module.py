@@ -134,6 +134,10 @@ class Rotary(nn.Module):
         Returns:
             (q_rot, k_rot), k_rot None when k is None.
         """
+        if self.spec.axes is not None:  # multi-axis spec: positions [n_axes, ...] (ropekit.axis_tables)
+            from ropekit.axis_tables import rotary_forward_axes
+
+            return rotary_forward_axes(self, q, k, positions, inplace)
         cache = self._cache
         akey = None
         if cache is not None and not torch.compiler.is_compiling():

@@ -312,6 +312,11 @@ PRESETS: dict[str, Preset] = {
     ]
 }
 
+# Vision-language presets (M-RoPE text decoders) live in presets_vl.py.
+from ropekit.presets_vl import VL_PRESETS as _VL
+
+PRESETS.update({n: _p(n, v["description"], **v["config"]) for n, v in _VL.items()})
+
 
 def get_preset(name: str) -> Preset:
     """The preset called ``name``; ValueError listing the known names otherwise."""

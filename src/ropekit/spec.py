@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 import torch
 
+from ropekit.axes import AxisMap
 from ropekit.scaling import Scaling
 
 __all__ = ["LAYOUTS", "Layout", "RopeSpec"]
@@ -56,6 +57,10 @@ class RopeSpec:
             must then be left at its default.
         p: p-RoPE fraction in (0, 1]: the floor(p * n) highest frequencies are kept, the others set to 0.
         scaling: phase map (e.g. ``ropekit.scaling.Linear(8)``); None is plain RoPE.
+        axes: multi-axis band assignment (:class:`ropekit.axes.AxisMap`, M-RoPE / 2-D / 3-D RoPE) or None for
+            1-D RoPE. Band j then turns at the position of axis ``axes.slots[j]``; positions come as
+            [n_axes, *P] (:func:`ropekit.axis_tables.apply_rope_axes`). With 1-D positions every axis is at
+            the same position, which is plain RoPE with this spec's frequencies.
 
     Raises:
         ValueError: naming the field, for any invalid value.
@@ -73,6 +78,7 @@ class RopeSpec:
     freqs: tuple[float, ...] | None = None
     p: float = 1.0
     scaling: Scaling | None = field(default=None)
+    axes: AxisMap | None = field(default=None, repr=False)  # repr below: a 1-D spec prints as before
 
     def __post_init__(self) -> None:
         hd = self.head_dim
@@ -132,6 +138,25 @@ class RopeSpec:
                     "an explicit freqs table"
                 )
             self.scaling.check(rd // 2, rd)
+        if self.axes is not None:
+            if not isinstance(self.axes, AxisMap):
+                raise ValueError(f"RopeSpec.axes must be a ropekit.axes.AxisMap or None, got {self.axes!r}")
+            if self.axes.n_bands != rd // 2:
+                raise ValueError(
+                    f"RopeSpec.axes covers {self.axes.n_bands} bands ({self.axes!r}) but rotary_dim={rd} has "
+                    f"{rd // 2}; the sections must sum to rotary_dim // 2"
+                )
+
+    def __repr__(self) -> str:
+        body = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr)
+        if self.axes is not None:
+            body += f", axes={self.axes!r}"
+        return f"{type(self).__name__}({body})"
+
+    @property
+    def n_axes(self) -> int:
+        """Number of position axes: 1 for a 1-D spec, ``axes.n_axes`` otherwise."""
+        return 1 if self.axes is None else self.axes.n_axes
 
     # ---------------------------------------------------------------- derived sizes
     @property

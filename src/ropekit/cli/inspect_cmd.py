@@ -87,7 +87,17 @@ def report(
             "phase_error_common_fp32": err.common_fp32,
             "phase_error_ropekit": err.ropekit,
         },
+        **_axes_section(spec, context),
     }
+
+
+def _axes_section(spec: RopeSpec, context: int) -> dict[str, Any]:
+    """Multi-axis specs: bands per axis and wavelengths against each axis's extent (ropekit.analysis.axes)."""
+    if spec.axes is None:
+        return {}
+    from ropekit.analysis.axes import axis_report, default_extents
+
+    return {"axes": axis_report(spec, default_extents(spec, context))}
 
 
 def _fmt(x: float) -> str:
@@ -156,6 +166,10 @@ def _write_view(rep: dict[str, Any], out: TextIO) -> None:
     )
     w(f"      common float32 recipe (HF, Megatron, TE, torchtune) : {sm['phase_error_common_fp32']:.2e}\n")
     w(f"      ropekit                                             : {sm['phase_error_ropekit']:.2e}\n")
+    if "axes" in rep:
+        from ropekit.analysis.axes import format_axis_report
+
+        w("\n" + format_axis_report(rep["axes"]))
 
 
 def scaling_text_from_hf(hf: dict[str, Any]) -> str:

@@ -289,6 +289,14 @@ def spec_from_hf(
     """Build a RopeSpec from a transformers config (object or config.json dict). See the module docstring."""
     r = _Reader(strict)
     cfg = _as_dict(config)
+    from ropekit.hf.config_vl import is_vl_config, spec_from_hf_vl
+
+    # VL (M-RoPE) configs are parsed in hf/config_vl.py
+
+    if is_vl_config(cfg):
+        if layer_type is not None:
+            raise ValueError(f"layer_type={layer_type!r} given but VL text decoders have a single RoPE")
+        return spec_from_hf_vl(cfg, strict=strict, layout=layout, problem=r.problem)
     model_type = str(cfg.get("model_type") or "")
     H = _head_dim(cfg)
     rp = _rope_dict(cfg, layer_type, model_type)
@@ -334,6 +342,10 @@ def spec_to_hf(spec: RopeSpec) -> dict[str, Any]:
         ValueError: for specs transformers cannot express (explicit freqs; p-RoPE with partial rotation or with a
             scheme other than Linear).
     """
+    if spec.axes is not None:  # multi-axis (M-RoPE): ropekit.hf.config_vl
+        from ropekit.hf.config_vl import spec_to_hf_vl
+
+        return spec_to_hf_vl(spec)
     if spec.freqs is not None:
         raise ValueError("a spec with an explicit freqs table has no transformers rope_parameters equivalent")
     rp: dict[str, Any] = {"rope_theta": spec.base}

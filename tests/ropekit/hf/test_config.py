@@ -225,7 +225,7 @@ STRICT_ERRORS = [
         {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096, "truncate": "no"},
         "truncate must be true or false",
     ),
-    ({"rope_type": "linear", "factor": 2.0, "mrope_section": [16, 24, 24]}, "unknown keys ['mrope_section']"),
+    ({"rope_type": "linear", "factor": 2.0, "beta_slow": 1.0}, "unknown keys ['beta_slow']"),
     (
         {"rope_type": "linear", "factr": 2.0, "factor": 2.0},
         "known: ['factor', 'partial_rotary_factor', 'rope_theta', 'rope_type']",
@@ -298,7 +298,7 @@ def test_lenient_mode_accepts_what_transformers_accepts_with_a_warning() -> None
     torch.testing.assert_close(spec.inv_freq(), inv, rtol=5e-7, atol=0)
     with pytest.warns(UserWarning, match="unknown keys"):
         RopeSpec.from_hf(
-            {"head_dim": 64, "rope_parameters": {"rope_type": "default", "mrope_section": [8, 12, 12]}},
+            {"head_dim": 64, "rope_parameters": {"rope_type": "default", "beta_slow": 1.0}},
             strict=False,
         )
 

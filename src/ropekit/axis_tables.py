@@ -1,0 +1,211 @@
+# SPDX-License-Identifier: MIT
+"""Exact multi-axis cos/sin tables and the ``apply_rope``-level entry point for multi-axis positions.
+
+A multi-axis spec (``RopeSpec.axes``, :mod:`ropekit.axes`) turns band j by ``pos[a(j)] * theta_j``. The tables
+gather each band's axis position and then apply :mod:`ropekit.phases`' float64 recipe (product with the spec's
+float64 frequencies, reduction mod 2*pi, cos/sin, attention factor, one rounding) elementwise -- the same
+operations in the same order, so each entry is bit-identical to the 1-D table at that axis's position (tested
+against :func:`ropekit.rope_tables`), at the cost of one 1-D table plus a gather. The result has the 1-D shape
+[*P, n], so every rotation backend (torch, fused CPU, Triton) rotates it unchanged: multi-axis RoPE needs no
+new rotation path (M-RoPE: Wang et al. 2024, "Qwen2-VL", arXiv 2409.12191; 2-D: Heo et al. 2024, arXiv
+2403.13298).
+
+Shapes: A axes, P any position shape, n = rotary_dim // 2 bands.
+    positions [A, *P] (integer or float32/float64) -> cos, sin [*P, n]
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+
+from ropekit.phases import _compute_device, check_positions
+from ropekit.rotation.apply import FORMATS, Format, _check_positions_shape, apply_rope_tables
+from ropekit.spec import RopeSpec
+
+_TWO_PI = 2.0 * math.pi
+
+__all__ = ["apply_rope_axes", "axis_tables", "check_axis_positions", "rotary_forward_axes", "select_axes"]
+
+
+def check_axis_positions(positions: object, spec: RopeSpec, name: str = "positions") -> torch.Tensor:
+    """Validate [A, *P] positions for a multi-axis spec and return them (raises before computing anything)."""
+    if not isinstance(spec, RopeSpec):
+        raise TypeError(f"spec must be a ropekit.RopeSpec, got {type(spec).__name__}")
+    if spec.axes is None:
+        raise ValueError(
+            "spec has no axes (a 1-D spec); use ropekit.apply_rope / rope_tables, or give the spec an AxisMap"
+        )
+    pos = check_positions(positions, name)
+    a = spec.axes.n_axes
+    if pos.dim() < 1 or pos.shape[0] != a:
+        raise ValueError(
+            f"{name} must have shape [n_axes={a}, ...] with rows {spec.axes.names} for this spec, "
+            f"got {tuple(pos.shape)}"
+        )
+    return pos
+
+
+def select_axes(per_axis: torch.Tensor, spec: RopeSpec) -> torch.Tensor:
+    """[A, *P, n] per-axis tables -> [*P, n]: band j taken from axis ``spec.axes.slots[j]``."""
+    assert spec.axes is not None
+    slots = torch.tensor(spec.axes.slots, dtype=torch.int64, device=per_axis.device)
+    idx = slots.expand(*per_axis.shape[1:]).unsqueeze(0)  # [1, *P, n]
+    return per_axis.gather(0, idx).squeeze(0)
+
+
+def axis_tables(
+    positions: torch.Tensor,
+    spec: RopeSpec,
+    *,
+    seq_len: int | None = None,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact cos/sin tables for multi-axis positions.
+
+    Args:
+        positions: [A, *P] integer or float32/float64 positions, row a = axis ``spec.axes.names[a]``
+            (e.g. t, h, w). Float rows are continuous positions (timestamps, V2PE fractional steps).
+        spec: a spec with ``axes``.
+        seq_len: current sequence length for dynamic phase maps (default: the largest position + 1, over all
+            axes, so every axis uses the same frequencies).
+        dtype: float32 (default) or float64.
+        device: where the tables go (default: the positions' device).
+
+    Returns:
+        (cos, sin), each [*P, n] of ``dtype``, times ``spec.attention_factor``.
+
+    Raises:
+        ValueError, TypeError: naming the argument (no axes, wrong leading dimension, bad positions).
+    """
+    pos = check_axis_positions(positions, spec)
+    if dtype not in (torch.float32, torch.float64):
+        raise ValueError(f"axis_tables dtype must be torch.float32 or torch.float64, got {dtype}")
+    if spec.dynamic and seq_len is None and pos.numel() and pos.device.type != "meta":
+        seq_len = int(pos.max().item()) + 1
+    out_device = torch.device(device) if device is not None else pos.device
+    n = spec.n_bands
+    if out_device.type == "meta" or pos.device.type == "meta":
+        shape = (*pos.shape[1:], n)
+        return torch.empty(shape, dtype=dtype, device="meta"), torch.empty(shape, dtype=dtype, device="meta")
+    work = _compute_device(out_device)
+    freqs = spec.frequencies(seq_len if spec.dynamic else None, device=work)  # float64 [n]
+    slots = _slots(spec, work)
+    with torch.autocast(device_type=work.type, enabled=False):
+        # the position of every band's own axis, [*P, n]; then phases' float64 recipe, elementwise
+        band_pos = pos.to(work).movedim(0, -1).index_select(-1, slots).to(torch.float64)
+        cos, sin = _tables_from_angles_banded(band_pos, freqs, spec.attention_factor, dtype)
+    return cos.to(out_device), sin.to(out_device)
+
+
+def _tables_from_angles_banded(
+    band_pos: torch.Tensor, freqs64: torch.Tensor, factor: float, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`ropekit.phases` recipe with a position per band: the same float64 operations in the same order
+    (product, reduction mod 2*pi, cos/sin, attention factor, one rounding), so a band's entry is bit-identical to
+    the 1-D table at that band's position."""
+    angle = torch.remainder(band_pos * freqs64, _TWO_PI)  # elementwise float64: no matmul, no TF32/autocast
+    cos, sin = torch.cos(angle), torch.sin(angle)
+    if factor != 1.0:
+        cos, sin = cos * factor, sin * factor
+    return cos.to(dtype), sin.to(dtype)
+
+
+@functools.lru_cache(maxsize=256)
+def _slots_cpu(spec: RopeSpec) -> torch.Tensor:
+    assert spec.axes is not None
+    return torch.tensor(spec.axes.slots, dtype=torch.int64, device="cpu")
+
+
+def _slots(spec: RopeSpec, device: torch.device) -> torch.Tensor:
+    t = _slots_cpu(spec)
+    return t if device.type == "cpu" else t.to(device)
+
+
+def apply_rope_axes(
+    q: torch.Tensor,
+    k: torch.Tensor | None,
+    positions: torch.Tensor,
+    spec: RopeSpec,
+    *,
+    format: Format = "bshd",
+    inplace: bool = False,
+    backend: str = "auto",
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Rotate q and k by multi-axis RoPE: :func:`ropekit.apply_rope` with positions [A, ...].
+
+    Args:
+        q, k: as :func:`ropekit.apply_rope` (k may be None).
+        positions: [A, s] (shared by the batch) or [A, b, s] ([A, t] for "thd"); integer or float32/float64.
+            For the 4-row ``[text; t; h; w]`` form of Qwen3-VL / ERNIE pass ``position_ids[1:]``.
+        spec: a spec with ``axes`` (A = ``spec.axes.n_axes``).
+        format, inplace, backend: as :func:`ropekit.apply_rope`.
+
+    Returns:
+        (q_rot, k_rot), like :func:`ropekit.apply_rope`.
+
+    Raises:
+        TypeError, ValueError: naming the argument, before any tensor is modified.
+    """
+    pos = check_axis_positions(positions, spec)
+    if format not in FORMATS:
+        raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
+    if not isinstance(q, torch.Tensor) or q.dim() != (3 if format == "thd" else 4):
+        shape = tuple(q.shape) if isinstance(q, torch.Tensor) else type(q).__name__
+        raise ValueError(
+            f"q must be a {3 if format == 'thd' else 4}-D tensor for format={format!r}, got {shape}"
+        )
+    _check_positions_shape(pos[0], q, format)
+    if format != "thd" and pos.dim() == 3 and pos.shape[1] == 1:
+        pos = pos[:, 0]
+    need64 = q.dtype == torch.float64 or (k is not None and k.dtype == torch.float64)
+    cos, sin = axis_tables(pos, spec, dtype=torch.float64 if need64 else torch.float32, device=q.device)
+    return apply_rope_tables(q, k, cos, sin, spec, format=format, inplace=inplace, backend=backend)
+
+
+def rotary_forward_axes(
+    rotary: torch.nn.Module, q: torch.Tensor, k: torch.Tensor | None, positions: torch.Tensor, inplace: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:class:`ropekit.Rotary`'s forward for a multi-axis spec: per-axis rows from its cache, then selection."""
+    spec: RopeSpec = rotary.spec  # type: ignore[assignment]
+    fmt: str = rotary.format  # type: ignore[assignment]
+    pos = check_axis_positions(positions, spec)
+    if not isinstance(q, torch.Tensor) or q.dim() != (3 if fmt == "thd" else 4):
+        shape = tuple(q.shape) if isinstance(q, torch.Tensor) else type(q).__name__
+        raise ValueError(f"q must be a {3 if fmt == 'thd' else 4}-D tensor for format={fmt!r}, got {shape}")
+    _check_positions_shape(pos[0], q, fmt)
+    if fmt != "thd" and pos.dim() == 3 and pos.shape[1] == 1:
+        pos = pos[:, 0]
+    cos, sin = _cached_axis_tables(rotary, pos, spec)
+    cos, sin = cos.to(q.device), sin.to(q.device)
+    return apply_rope_tables(q, k, cos, sin, spec, format=fmt, inplace=inplace)  # type: ignore[arg-type]
+
+
+def _cached_axis_tables(
+    rotary: torch.nn.Module, pos: torch.Tensor, spec: RopeSpec
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """[A, *P] -> [*P, n] through the module's exact cache, fetching each needed row once.
+
+    The rows of the distinct positions (or of the range lo..hi when that is no larger) come from
+    ``rotary.tables``; each band then takes its axis's row with one flat gather -- about the work of a 1-D
+    lookup, instead of one full lookup per axis.
+    """
+    assert spec.axes is not None
+    n = spec.n_bands
+    if pos.dtype.is_floating_point or pos.numel() == 0 or pos.device.type == "meta":
+        cos_a, sin_a = rotary.tables(pos)  # type: ignore[operator]
+        return select_axes(cos_a, spec), select_axes(sin_a, spec)
+    lo, hi = (int(v) for v in torch.aminmax(pos))
+    if hi - lo + 1 <= 2 * pos.numel():
+        rows = torch.arange(lo, hi + 1, dtype=torch.int64, device=pos.device)
+        inv = pos.to(torch.int64) - lo
+    else:
+        rows, inv = torch.unique(pos, return_inverse=True)
+    cos_r, sin_r = rotary.tables(rows)  # type: ignore[operator]  # [R, n]
+    slots = torch.tensor(spec.axes.slots, dtype=torch.int64, device=pos.device)
+    band_rows = inv.movedim(0, -1).index_select(-1, slots).to(cos_r.device)  # [*P, n]: row of each band
+    flat = band_rows * n + torch.arange(n, dtype=torch.int64, device=cos_r.device)
+    return cos_r.reshape(-1)[flat], sin_r.reshape(-1)[flat]

@@ -1,0 +1,176 @@
+# SPDX-License-Identifier: MIT
+"""Vision-language configs -> multi-axis RopeSpec and back (Qwen2-VL, Qwen2.5-VL, Qwen3-VL(-MoE), GLM-4V(-MoE),
+ERNIE-4.5-VL; v4 and v5 schemas; the text part nested under ``text_config`` or at the top level).
+
+The text decoder's RoPE keys are those of a 1-D config plus ``mrope_section`` (and ``mrope_interleaved``): they
+are read by the 1-D parser (:func:`ropekit.hf.config.spec_from_hf`) after removing the M-RoPE keys (and the v4
+``"type": "mrope"``, which transformers maps to ``default``), and the band-to-axis map is attached from the family
+(``shared/reference/multiaxis.md`` sections 2, 4, 6, 7):
+
+| family (model_type) | map | layout | default sections (as transformers' code) |
+|---|---|---|---|
+| qwen2_vl, qwen2_5_vl | contiguous | half | [16, 24, 24] |
+| qwen3_vl, qwen3_vl_moe | interleaved (THW cycle) | half | [24, 20, 20] |
+| glm4v, glm4v_moe | contiguous over the rotary part | interleaved | [8, 12, 12] |
+| ernie4_5_vl_moe | h/w alternate, t on the lowest freqs ("lta"), config order (h, w, t) | interleaved | [22, 22, 20] |
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ropekit.axes import AxisMap
+from ropekit.spec import RopeSpec
+
+__all__ = ["VL_FAMILIES", "is_vl_config", "spec_from_hf_vl", "spec_to_hf_vl"]
+
+#: model_type (outer or text) -> (family, layout, default mrope_section)
+VL_FAMILIES: dict[str, tuple[str, str, tuple[int, int, int]]] = {
+    "qwen2_vl": ("qwen2_vl", "half", (16, 24, 24)),
+    "qwen2_5_vl": ("qwen2_vl", "half", (16, 24, 24)),
+    "qwen3_vl": ("qwen3_vl", "half", (24, 20, 20)),
+    "qwen3_vl_moe": ("qwen3_vl", "half", (24, 20, 20)),
+    "glm4v": ("glm4v", "interleaved", (8, 12, 12)),
+    "glm4v_moe": ("glm4v", "interleaved", (8, 12, 12)),
+    "ernie4_5_vl_moe": ("ernie", "interleaved", (22, 22, 20)),
+}
+_MROPE_KEYS = ("mrope_section", "mrope_interleaved")
+
+
+def _family(model_type: str) -> str | None:
+    mt = model_type.removesuffix("_text")
+    return mt if mt in VL_FAMILIES else None
+
+
+def _rope_of(cfg: dict[str, Any]) -> dict[str, Any]:
+    rp = cfg.get("rope_parameters")
+    if not isinstance(rp, dict):
+        rp = cfg.get("rope_scaling")
+    return rp if isinstance(rp, dict) else {}
+
+
+def is_vl_config(cfg: dict[str, Any]) -> bool:
+    """True for a VL family's config (outer or text part) or any config whose rope dict has ``mrope_section``."""
+    if _family(str(cfg.get("model_type") or "")) is not None:
+        return True
+    tc = cfg.get("text_config")
+    if isinstance(tc, dict) and (
+        _family(str(tc.get("model_type") or "")) or any(k in _rope_of(tc) for k in _MROPE_KEYS)
+    ):
+        return True
+    rp = _rope_of(cfg)
+    return any(k in rp for k in _MROPE_KEYS) or rp.get("type") == "mrope" or rp.get("rope_type") == "mrope"
+
+
+def _text_part(cfg: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    outer = str(cfg.get("model_type") or "")
+    tc = cfg.get("text_config")
+    if isinstance(tc, dict):
+        text = dict(tc)
+        if hasattr(tc, "to_dict"):  # pragma: no cover - config objects are converted by the caller
+            text = dict(tc.to_dict())
+        model_type = str(text.get("model_type") or outer)
+        if _family(model_type) is None and _family(outer) is not None:
+            model_type = outer
+        return text, model_type
+    return dict(cfg), outer
+
+
+def spec_from_hf_vl(
+    cfg: dict[str, Any], *, strict: bool = True, layout: str | None = None, problem: Any = None
+) -> RopeSpec:
+    """Build the text decoder's multi-axis spec from a VL config dict (see the module docstring).
+
+    Raises:
+        ValueError: naming the key: ``mrope_section`` with a wrong length or a sum other than rotary_dim / 2,
+            ``mrope_interleaved`` contradicting the family, ``layer_type`` (VL decoders have one RoPE).
+    """
+    from ropekit.hf.config import spec_from_hf
+
+    text, model_type = _text_part(cfg)
+    fam_key = _family(model_type)
+    family, fam_layout, default_sec = VL_FAMILIES[fam_key] if fam_key else ("generic", "half", None)
+    key = "rope_parameters" if isinstance(text.get("rope_parameters"), dict) else "rope_scaling"
+    rp = dict(_rope_of(text))
+    sec_raw = rp.pop("mrope_section", None)
+    interleaved = rp.pop("mrope_interleaved", None)
+    for k in ("type", "rope_type"):
+        if (
+            rp.get(k) == "mrope"
+        ):  # v4 Qwen2-VL: {"type": "mrope", ...} means default RoPE with M-RoPE sections
+            rp[k] = "default"
+    if sec_raw is None:
+        if default_sec is None:
+            raise ValueError(
+                f"config {key} has no mrope_section and model_type={model_type!r} has no default"
+            )
+        sec_raw = default_sec
+    try:
+        sec = tuple(int(s) for s in sec_raw)
+        ok = len(sec) == 3 and all(s >= 0 and s == v for s, v in zip(sec, sec_raw))
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(f"{key}.mrope_section must be three non-negative ints, got {sec_raw!r}")
+    if interleaved is not None and not isinstance(interleaved, bool):
+        raise ValueError(f"{key}.mrope_interleaved must be a bool, got {interleaved!r}")
+    if family == "qwen3_vl":
+        if interleaved is False:
+            msg = f"{key}.mrope_interleaved=False but {model_type} always interleaves (transformers ignores the flag)"
+            if strict:
+                raise ValueError(msg)
+            if problem is not None:
+                problem(msg)
+        axes = AxisMap.interleaved(sec)
+    elif family == "ernie":
+        h, w, t = sec
+        axes = AxisMap.lta((t, h, w))
+    elif interleaved:
+        axes = AxisMap.interleaved(sec)
+    else:
+        axes = AxisMap.contiguous(sec)
+    clean = {
+        k: v
+        for k, v in text.items()
+        if k not in ("rope_parameters", "rope_scaling", "text_config", "vision_config")
+    }
+    clean["model_type"] = ""  # the family's layout is set below, not by the 1-D table
+    clean[key] = rp
+    base_spec = spec_from_hf(clean, strict=strict, layout=layout or fam_layout)
+    if sum(sec) != base_spec.n_bands:
+        raise ValueError(
+            f"{key}.mrope_section={list(sec_raw)} sums to {sum(sec)} but the rotary dim {base_spec.rotary_dim} has "
+            f"{base_spec.n_bands} bands (head_dim={base_spec.head_dim}); the sections must sum to rotary_dim / 2"
+        )
+    return dataclasses.replace(base_spec, axes=axes)
+
+
+def spec_to_hf_vl(spec: RopeSpec) -> dict[str, Any]:
+    """The v5 text-config fragment of a multi-axis spec: 1-D keys plus ``mrope_section`` (``mrope_interleaved``).
+
+    The family (layout, ERNIE's section order) is not part of the fragment: pass ``model_type`` (or ``layout=``)
+    back to ``from_hf``. ERNIE-style ("lta") maps are written in ERNIE's (h, w, t) order.
+
+    Raises:
+        ValueError: for maps transformers cannot express (explicit maps, axes other than (t, h, w)).
+    """
+    from ropekit.hf.config import spec_to_hf
+
+    axes = spec.axes
+    assert axes is not None
+    if axes.names != ("t", "h", "w") or axes.scheme == "explicit":
+        raise ValueError(
+            f"RopeSpec.axes={axes!r} has no transformers mrope_section equivalent (needs a t, h, w contiguous, "
+            "interleaved or ERNIE-style map)"
+        )
+    out = spec_to_hf(dataclasses.replace(spec, axes=None))
+    rp = out["rope_parameters"]
+    if axes.scheme == "lta":
+        t, h, w = axes.sections
+        rp["mrope_section"] = [h, w, t]
+    else:
+        rp["mrope_section"] = list(axes.sections)
+        if axes.scheme == "interleaved":
+            rp["mrope_interleaved"] = True
+    return out

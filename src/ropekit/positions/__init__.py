@@ -1,0 +1,14 @@
+# SPDX-License-Identifier: MIT
+"""Builders of explicit position ids, the only way positions enter ropekit.
+
+- :mod:`ropekit.positions.ids`: 1-D ids (offsets, padding masks, packed documents).
+- :mod:`ropekit.positions.grid`: 2-D / 3-D grids for vision towers (integer, 1-based, normalised [-1, 1]),
+  prefix tokens that are not rotated.
+- :mod:`ropekit.positions.multimodal`: M-RoPE ids [3, b, s] for interleaved text, images and video (Qwen2-VL,
+  Qwen2.5-VL, Qwen3-VL, GLM-4V) and the rope deltas that continue them during decoding.
+- :mod:`ropekit.positions.time`: continuous positions (float timestamps, V2PE fractional steps).
+"""
+
+from ropekit.positions.ids import positions_from_cu_seqlens, positions_from_mask, positions_with_offset
+
+__all__ = ["positions_from_cu_seqlens", "positions_from_mask", "positions_with_offset"]

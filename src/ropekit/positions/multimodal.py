@@ -1,0 +1,388 @@
+# SPDX-License-Identifier: MIT
+"""M-RoPE position ids [3, ...] (rows t, h, w) for interleaved text, images and video, and their rope deltas.
+
+Rules of Qwen2-VL (Wang et al. 2024, arXiv 2409.12191), Qwen2.5-VL (absolute-time temporal axis), Qwen3-VL and
+GLM-4V, as in ``shared/reference/multiaxis.md`` sections 2-6:
+
+- a text run of n tokens gets ``cur + [0, n)`` on all three rows, then ``cur += n``;
+- a vision block with grid (T, h, w) in patch units and spatial merge m has ``T * (h/m) * (w/m)`` tokens in
+  raster order per frame; ids are ``cur + (t_i, row, col)``;
+- temporal step: ``t_i = i`` (Qwen2-VL, images everywhere); Qwen2.5-VL videos ``t_i = int(i * second_per_grid_t *
+  tokens_per_second)`` -- the float product first (float64, left to right as the Qwen reference writes it), then
+  truncation, so fractional intervals are right (transformers truncated ``second_per_grid_t`` first: PR #48669);
+- Qwen3-VL and GLM-4V split a video into single-frame blocks (time is carried by timestamp text);
+- the advance after a block: ``rule="v4"`` (the original model code the checkpoints were trained with, and the
+  default): ``cur = max(all ids so far) + 1``; ``rule="v5"`` (transformers 5.x): ``cur += max(h/m, w/m)``. They
+  agree for single-frame blocks and differ after multi-frame Qwen2/2.5-VL videos (transformers #45381 / #45325);
+- rope delta per row: ``max id + 1 - length`` with the padded length (v4) or the unpadded length (v5); padding
+  slots hold 1 (v4) or 0 (v5). The first generated token is at ``max id + 1`` under both rules.
+
+Shapes: b batch, L padded sequence length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+__all__ = [
+    "FAMILIES",
+    "Family",
+    "Rule",
+    "VisionBlock",
+    "mrope_decode_positions",
+    "mrope_position_ids",
+    "mrope_positions",
+    "split_text_row",
+    "videorope_positions",
+]
+
+Family = Literal["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "glm4v"]
+Rule = Literal["v4", "v5"]
+FAMILIES: tuple[str, ...] = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "glm4v")
+
+
+def _pos_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x > 0
+
+
+@dataclass(frozen=True)
+class VisionBlock:
+    """One image or video in the token stream.
+
+    Args:
+        grid_thw: (T, h, w) in patches, as the processor's ``image_grid_thw`` / ``video_grid_thw`` rows.
+        video: True for a video (temporal scaling and per-frame splitting apply), False for an image.
+        second_per_grid_t: seconds per temporal patch (Qwen2.5-VL videos: ``temporal_patch_size / fps``).
+    """
+
+    grid_thw: tuple[int, int, int]
+    video: bool = False
+    second_per_grid_t: float | None = None
+
+    def __post_init__(self) -> None:
+        g = tuple(int(v) if isinstance(v, torch.Tensor) else v for v in self.grid_thw)
+        if len(g) != 3 or not all(_pos_int(v) for v in g):
+            raise ValueError(
+                f"VisionBlock.grid_thw must be three positive ints (T, h, w), got {self.grid_thw!r}"
+            )
+        object.__setattr__(self, "grid_thw", g)
+        s = self.second_per_grid_t
+        if s is not None and (isinstance(s, bool) or not isinstance(s, (int, float)) or not s > 0):
+            raise ValueError(f"VisionBlock.second_per_grid_t must be a positive number or None, got {s!r}")
+
+    def tokens(self, merge: int) -> int:
+        t, h, w = self.grid_thw
+        return t * (h // merge) * (w // merge)
+
+
+def _check_common(family: str, rule: str, merge: int, tps: float) -> None:
+    if family not in FAMILIES:
+        raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
+    if rule not in ("v4", "v5"):
+        raise ValueError(f"rule must be 'v4' or 'v5', got {rule!r}")
+    if not _pos_int(merge):
+        raise ValueError(f"spatial_merge_size must be a positive int, got {merge!r}")
+    if isinstance(tps, bool) or not isinstance(tps, (int, float)) or not tps > 0:
+        raise ValueError(f"tokens_per_second must be a positive number, got {tps!r}")
+
+
+def _block_ids(block: VisionBlock, cur: int, family: str, merge: int, tps: float) -> torch.Tensor:
+    t, h, w = block.grid_thw
+    if h % merge or w % merge:
+        raise ValueError(
+            f"VisionBlock.grid_thw={block.grid_thw} has h or w not divisible by spatial_merge_size={merge}"
+        )
+    hh, ww = h // merge, w // merge
+    if block.video and family == "qwen2_5_vl":
+        spg = 1.0 if block.second_per_grid_t is None else float(block.second_per_grid_t)
+        steps = [int(i * spg * tps) for i in range(t)]  # float64 product first, then truncation toward zero
+    else:
+        steps = list(range(t))
+    tt = torch.tensor(steps, dtype=torch.int64)
+    grid = torch.stack(
+        torch.meshgrid(tt, torch.arange(hh), torch.arange(ww), indexing="ij")  # [3, T, H', W']
+    )
+    return grid.reshape(3, -1) + cur
+
+
+def _split_frames(item: int | VisionBlock, family: str) -> list[int | VisionBlock]:
+    if (
+        isinstance(item, VisionBlock)
+        and item.video
+        and family in ("qwen3_vl", "glm4v")
+        and item.grid_thw[0] > 1
+    ):
+        t, h, w = item.grid_thw
+        return [VisionBlock((1, h, w), video=True, second_per_grid_t=item.second_per_grid_t)] * t
+    return [item]
+
+
+def mrope_positions(
+    segments: Sequence[int | VisionBlock],
+    *,
+    family: Family = "qwen2_vl",
+    spatial_merge_size: int = 2,
+    tokens_per_second: float = 2.0,
+    rule: Rule = "v4",
+    start: int = 0,
+) -> torch.Tensor:
+    """M-RoPE ids of one unpadded sequence from its segments.
+
+    Args:
+        segments: in order, an int n for a run of n text tokens or a :class:`VisionBlock`.
+        family: "qwen2_vl", "qwen2_5_vl", "qwen3_vl" or "glm4v" (see the module docstring).
+        spatial_merge_size: m, patches merged per side into one LLM token (2 for every family here).
+        tokens_per_second: Qwen2.5-VL's ``vision_config.tokens_per_second`` (released checkpoints: 2).
+        rule: "v4" (default; the original model code) or "v5" (transformers 5.x advance rule).
+        start: position of the first token.
+
+    Returns:
+        int64 [3, L] with L the number of tokens.
+
+    Example:
+        >>> mrope_positions([2, VisionBlock((1, 4, 6)), 2])[1].tolist()
+        [0, 1, 2, 2, 2, 3, 3, 3, 5, 6]
+    """
+    _check_common(family, rule, spatial_merge_size, tokens_per_second)
+    cur, top = int(start), int(start) - 1
+    parts: list[torch.Tensor] = []
+    items = [x for seg in segments for x in _split_frames(seg, family)]
+    for seg in items:
+        if isinstance(seg, VisionBlock):
+            ids = _block_ids(seg, cur, family, spatial_merge_size, tokens_per_second)
+            top = max(top, int(ids.max()))
+            _, h, w = seg.grid_thw
+            cur = top + 1 if rule == "v4" else cur + max(h, w) // spatial_merge_size
+        elif isinstance(seg, int) and not isinstance(seg, bool) and seg >= 0:
+            ids = (torch.arange(seg, dtype=torch.int64) + cur).expand(3, seg)
+            cur += seg
+            top = max(top, cur - 1)
+        else:
+            raise ValueError(f"segments must hold non-negative ints (text runs) or VisionBlocks, got {seg!r}")
+        parts.append(ids)
+    return torch.cat(parts, dim=1) if parts else torch.zeros(3, 0, dtype=torch.int64)
+
+
+def _runs(types: list[int]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for t in types:
+        if out and out[-1][0] == t:
+            out[-1] = (t, out[-1][1] + 1)
+        else:
+            out.append((t, 1))
+    return out
+
+
+def mrope_position_ids(
+    token_types: torch.Tensor,
+    *,
+    attention_mask: torch.Tensor | None = None,
+    image_grid_thw: torch.Tensor | Sequence[Sequence[int]] | None = None,
+    video_grid_thw: torch.Tensor | Sequence[Sequence[int]] | None = None,
+    second_per_grid_ts: Sequence[float] | torch.Tensor | None = None,
+    family: Family = "qwen2_vl",
+    spatial_merge_size: int = 2,
+    tokens_per_second: float = 2.0,
+    rule: Rule = "v4",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Batched M-RoPE ids and rope deltas, as a VL model's ``get_rope_index`` computes them.
+
+    Args:
+        token_types: [b, L] integer ``mm_token_type_ids`` (0 text, 1 image, 2 video); build it from input ids with
+            ``(ids == image_token_id) + 2 * (ids == video_token_id)`` for v4-style inputs.
+        attention_mask: [b, L] 0/1 (left or right padding); None = no padding.
+        image_grid_thw, video_grid_thw: [n, 3] grids in the order the images / videos appear in the batch.
+        second_per_grid_ts: one value per video (Qwen2.5-VL); None means 1.0.
+        family, spatial_merge_size, tokens_per_second, rule: as :func:`mrope_positions`.
+
+    Returns:
+        (position_ids int64 [3, b, L], rope_deltas int64 [b, 1]).
+
+    Raises:
+        ValueError: naming the argument when the vision tokens do not match the grids (count or run lengths).
+    """
+    _check_common(family, rule, spatial_merge_size, tokens_per_second)
+    if not isinstance(token_types, torch.Tensor) or token_types.dim() != 2:
+        raise ValueError(
+            f"token_types must be a [batch, seq] tensor, got {getattr(token_types, 'shape', token_types)!r}"
+        )
+    b, length = token_types.shape
+    if attention_mask is not None and (
+        not isinstance(attention_mask, torch.Tensor) or tuple(attention_mask.shape) != (b, length)
+    ):
+        raise ValueError(
+            f"attention_mask must have shape ({b}, {length}), got {getattr(attention_mask, 'shape', None)}"
+        )
+    images = [tuple(int(v) for v in g) for g in (image_grid_thw if image_grid_thw is not None else [])]
+    videos = [tuple(int(v) for v in g) for g in (video_grid_thw if video_grid_thw is not None else [])]
+    spgs = [float(s) for s in second_per_grid_ts] if second_per_grid_ts is not None else [1.0] * len(videos)
+    if len(spgs) != len(videos):
+        raise ValueError(f"second_per_grid_ts has {len(spgs)} entries for {len(videos)} videos")
+    queues = {
+        1: [VisionBlock(g) for g in images],  # type: ignore[arg-type]
+        2: [VisionBlock(g, video=True, second_per_grid_t=s) for g, s in zip(videos, spgs)],  # type: ignore[arg-type]
+    }
+    queues[2] = [f for v in queues[2] for f in _split_frames(v, family)]  # type: ignore[misc]
+    pad = 1 if rule == "v4" else 0
+    out = torch.full((3, b, length), pad, dtype=torch.int64)
+    deltas = []
+    for row in range(b):
+        keep = (
+            torch.ones(length, dtype=torch.bool)
+            if attention_mask is None
+            else attention_mask[row].to(torch.bool)
+        )
+        types = token_types[row][keep.to(token_types.device)].tolist()
+        segs: list[int | VisionBlock] = []
+        for kind, n in _runs(types):
+            if kind == 0:
+                segs.append(n)
+                continue
+            if kind not in queues:
+                raise ValueError(f"token_types must hold 0 (text), 1 (image) or 2 (video), got {kind}")
+            while n > 0:
+                if not queues[kind]:
+                    what = "image_grid_thw" if kind == 1 else "video_grid_thw"
+                    raise ValueError(
+                        f"row {row} has more {'image' if kind == 1 else 'video'} tokens than {what} covers"
+                    )
+                blk = queues[kind].pop(0)
+                need = blk.tokens(spatial_merge_size)
+                if need > n:
+                    raise ValueError(
+                        f"row {row}: a run of {n} vision tokens cannot hold grid {blk.grid_thw} "
+                        f"({need} tokens at spatial_merge_size={spatial_merge_size})"
+                    )
+                segs.append(blk)
+                n -= need
+        ids = mrope_positions(
+            segs,
+            family=family,
+            spatial_merge_size=spatial_merge_size,
+            tokens_per_second=tokens_per_second,
+            rule=rule,
+        )
+        out[:, row, keep.cpu()] = ids
+        ref_len = length if rule == "v4" else int(keep.sum())
+        deltas.append((int(ids.max()) + 1 if ids.numel() else 0) - ref_len)
+    left = [q for q in (*queues[1], *queues[2]) if q]
+    if left:
+        raise ValueError(f"{len(left)} image/video grids were not used by any vision tokens in token_types")
+    return out.to(token_types.device), torch.tensor(
+        deltas, dtype=torch.int64, device=token_types.device
+    ).unsqueeze(1)
+
+
+def mrope_decode_positions(
+    rope_deltas: torch.Tensor, past_length: int | torch.Tensor, seq_len: int = 1, *, batch: int | None = None
+) -> torch.Tensor:
+    """Ids of new tokens during decoding: ``past_length + arange(seq_len) + delta`` on all three rows.
+
+    Args:
+        rope_deltas: [b0, 1] from :func:`mrope_position_ids` (computed once at prefill, a per-sequence constant).
+        past_length: tokens before the new ones: the padded cache length (an int) for v4 deltas; for v5 deltas
+            the number of real tokens of each row (an int, or an integer tensor [b]).
+        seq_len: number of new tokens.
+        batch: expand deltas computed for fewer rows (beams, ``num_return_sequences``); must be a multiple of b0.
+
+    Returns:
+        int64 [3, b, seq_len]; under either rule the first generated token sits at ``max(prefill ids) + 1``.
+    """
+    if not isinstance(rope_deltas, torch.Tensor) or rope_deltas.dim() != 2 or rope_deltas.shape[1] != 1:
+        raise ValueError(
+            f"rope_deltas must be a [batch, 1] tensor, got {getattr(rope_deltas, 'shape', rope_deltas)!r}"
+        )
+    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 0:
+        raise ValueError(f"seq_len must be a non-negative int, got {seq_len!r}")
+    d = rope_deltas.to(torch.int64)
+    if batch is not None and batch != d.shape[0]:
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1 or batch % d.shape[0]:
+            raise ValueError(
+                f"batch={batch!r} must be a positive multiple of the {d.shape[0]} rows the deltas were computed for "
+                "(stale deltas from another batch must be recomputed, transformers PR #44873)"
+            )
+        d = d.repeat_interleave(batch // d.shape[0], dim=0)
+    if isinstance(past_length, torch.Tensor):
+        if (
+            past_length.dtype.is_floating_point
+            or past_length.dim() != 1
+            or past_length.shape[0] != d.shape[0]
+        ):
+            raise ValueError(
+                f"past_length tensor must be an integer [batch={d.shape[0]}] tensor, got "
+                f"{past_length.dtype} {tuple(past_length.shape)}"
+            )
+        start = past_length.to(d.device, torch.int64).unsqueeze(1)
+    elif isinstance(past_length, bool) or not isinstance(past_length, int) or past_length < 0:
+        raise ValueError(f"past_length must be a non-negative int or an integer tensor, got {past_length!r}")
+    else:
+        start = torch.tensor([[past_length]], dtype=torch.int64, device=d.device)
+    ids = start + torch.arange(seq_len, dtype=torch.int64, device=d.device) + d  # [b, s]
+    return ids.unsqueeze(0).expand(3, -1, -1).clone()
+
+
+def split_text_row(position_ids: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """Split Qwen3-VL / ERNIE 4-row ids ``[text; t; h; w]`` into (text row or None, the 3 M-RoPE rows).
+
+    Row 0 drives masking and packing only; rows 1-3 drive the rotation. A 3-row input has no text row; a
+    [b, s] input is broadcast to the three axes (pure text).
+    """
+    p = position_ids
+    if not isinstance(p, torch.Tensor) or p.dim() not in (2, 3):
+        raise ValueError(f"position_ids must be [4 or 3, b, s] or [b, s], got {getattr(p, 'shape', p)!r}")
+    if p.dim() == 2:
+        return None, p.unsqueeze(0).expand(3, -1, -1)
+    if p.shape[0] == 4:
+        return p[0], p[1:]
+    if p.shape[0] == 3:
+        return None, p
+    raise ValueError(f"position_ids must have 4 ([text; t; h; w]) or 3 ([t; h; w]) rows, got {p.shape[0]}")
+
+
+def videorope_positions(
+    segments: Sequence[int | VisionBlock], *, delta: float = 1.0, spatial_merge_size: int = 2, start: int = 0
+) -> torch.Tensor:
+    """VideoRoPE ids (Wei et al. 2025, arXiv 2502.05173): diagonal layout + adjustable temporal spacing.
+
+    A vision block at offset s gets ``t = s + i * delta`` per frame, ``h = row - (H'-1) // 2 + t`` and
+    ``w = col - (W'-1) // 2 + t`` (spatially centred, moving with the frame); the next token starts at
+    ``max(t row) + 1`` (multiaxis.md 9.1). Use with :func:`ropekit.presets_vl.videorope_spec` (low-frequency
+    temporal allocation).
+
+    Returns:
+        [3, L]: int64 when ``delta`` is an integer, float64 otherwise (fractional positions are exact).
+    """
+    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not delta > 0:
+        raise ValueError(f"delta must be a positive number, got {delta!r}")
+    m = spatial_merge_size
+    if not _pos_int(m):
+        raise ValueError(f"spatial_merge_size must be a positive int, got {m!r}")
+    cur = float(start)
+    parts: list[torch.Tensor] = []
+    for seg in segments:
+        if isinstance(seg, VisionBlock):
+            t, h, w = seg.grid_thw
+            if h % m or w % m:
+                raise ValueError(f"VisionBlock.grid_thw={seg.grid_thw} has h or w not divisible by {m}")
+            hh, ww = h // m, w // m
+            tt = cur + torch.arange(t, dtype=torch.float64) * float(delta)
+            ti, ri, ci = torch.meshgrid(
+                tt,
+                torch.arange(hh, dtype=torch.float64),
+                torch.arange(ww, dtype=torch.float64),
+                indexing="ij",
+            )
+            ids = torch.stack([ti, ri - (hh - 1) // 2 + ti, ci - (ww - 1) // 2 + ti]).reshape(3, -1)
+            cur = float(tt.max()) + 1.0
+        elif isinstance(seg, int) and not isinstance(seg, bool) and seg >= 0:
+            ids = (torch.arange(seg, dtype=torch.float64) + cur).expand(3, seg)
+            cur += seg
+        else:
+            raise ValueError(f"segments must hold non-negative ints (text runs) or VisionBlocks, got {seg!r}")
+        parts.append(ids)
+    out = torch.cat(parts, dim=1) if parts else torch.zeros(3, 0, dtype=torch.float64)
+    return out.to(torch.int64) if float(delta).is_integer() and float(start).is_integer() else out
