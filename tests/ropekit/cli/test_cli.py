@@ -199,6 +199,7 @@ def test_scheme_flags() -> None:
         (["inspect", "--factor", "4"], ["--factor needs --scaling"]),
         (["inspect", "--scaling", "yarn"], ["--scaling yarn needs --factor"]),
         (["inspect", "--scaling", "linear", "--factor", "0.5"], ["--factor", "0.5"]),
+        (["inspect", "--scaling", "ntk", "--factor", "2", "--original-length", "8"], ["no effect", "ntk"]),
         (["precision", "--json", "--markdown"], ["exclusive"]),
         (["precision", "--positions", "1.5"], ["--positions", "1.5"]),
         (
