@@ -92,6 +92,8 @@ def _inspect(args: argparse.Namespace) -> int:
         schemes = tuple(s.strip() for s in (args.compare or DEFAULT_COMPARE).split(",") if s.strip())
         if not schemes:
             raise ValueError(f"--compare needs at least one scheme, got {args.compare!r}")
+        if len(set(schemes)) != len(schemes):
+            raise ValueError(f"--compare lists a scheme twice: {args.compare!r}")
         return inspect_cmd.run_compare_views(
             source, views, args.extend_to, schemes, as_json=args.json, out=sys.stdout
         )

@@ -210,6 +210,7 @@ def test_scheme_flags() -> None:
         (["inspect", "--layer-type", "full_attention"], ["--layer-type needs"]),
         (["inspect", "llama-2-7b", "--compare", "longrope"], ["longrope", "per-band factors"]),
         (["inspect", "llama-2-7b", "--compare", ","], ["at least one scheme"]),
+        (["inspect", "llama-2-7b", "--compare", "yarn,yarn"], ["twice", "yarn,yarn"]),
     ]:
         rc, _, err = _run(argv)
         assert rc == 2 and all(w in err for w in words), (argv, err)
