@@ -109,9 +109,15 @@ def build_parser() -> argparse.ArgumentParser:
 def _inspect(args: argparse.Namespace) -> int:
     source, views = resolve_views(args)
     if args.extend_to is not None or args.compare is not None:
-        schemes = tuple(s.strip() for s in (args.compare or DEFAULT_COMPARE).split(",") if s.strip())
+        schemes = tuple(
+            s.strip()
+            for s in (DEFAULT_COMPARE if args.compare is None else args.compare).split(",")
+            if s.strip()
+        )
         if not schemes:
             raise ValueError(f"--compare needs at least one scheme, got {args.compare!r}")
+        if len(set(schemes)) != len(schemes):
+            raise ValueError(f"--compare lists a scheme twice: {args.compare!r}")
         return inspect_cmd.run_compare_views(
             source, views, args.extend_to, schemes, as_json=args.json, out=sys.stdout
         )

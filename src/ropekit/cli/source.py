@@ -97,6 +97,10 @@ def _flag_spec(args: argparse.Namespace, context: int) -> RopeSpec:
             raise ValueError(f"--scaling {args.scaling} needs --factor")
         if not args.factor >= 1.0:
             raise ValueError(f"--factor must be >= 1, got {args.factor}")
+        if args.original_length is not None and args.scaling in ("linear", "ntk"):
+            raise ValueError(
+                f"--original-length has no effect on --scaling {args.scaling} (it uses only the factor); drop it"
+            )
         L0 = args.original_length if args.original_length is not None else max(1, int(context / args.factor))
         if L0 < 1:
             raise ValueError(f"--original-length must be a positive int, got {L0}")

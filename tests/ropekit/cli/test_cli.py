@@ -199,6 +199,7 @@ def test_scheme_flags() -> None:
         (["inspect", "--factor", "4"], ["--factor needs --scaling"]),
         (["inspect", "--scaling", "yarn"], ["--scaling yarn needs --factor"]),
         (["inspect", "--scaling", "linear", "--factor", "0.5"], ["--factor", "0.5"]),
+        (["inspect", "--scaling", "ntk", "--factor", "2", "--original-length", "8"], ["no effect", "ntk"]),
         (["precision", "--json", "--markdown"], ["exclusive"]),
         (["precision", "--positions", "1.5"], ["--positions", "1.5"]),
         (
@@ -209,6 +210,7 @@ def test_scheme_flags() -> None:
         (["inspect", "--layer-type", "full_attention"], ["--layer-type needs"]),
         (["inspect", "llama-2-7b", "--compare", "longrope"], ["longrope", "per-band factors"]),
         (["inspect", "llama-2-7b", "--compare", ","], ["at least one scheme"]),
+        (["inspect", "llama-2-7b", "--compare", "yarn,yarn"], ["twice", "yarn,yarn"]),
     ]:
         rc, _, err = _run(argv)
         assert rc == 2 and all(w in err for w in words), (argv, err)

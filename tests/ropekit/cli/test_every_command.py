@@ -42,6 +42,7 @@ VARIANTS: dict[str, RopeSpec] = {
     "proportional": RopeSpec(64, base=1e6, p=0.25, scaling=Linear(8.0)),
     "partial-rotary": RopeSpec(96, base=1e4, rotary_dim=24),
     "interleaved": RopeSpec(64, base=1e4, layout="interleaved"),
+    "ntk-alpha": RopeSpec(64, base=1e4, scaling=NTK(alpha=2.0)),  # HunYuan
 }
 
 

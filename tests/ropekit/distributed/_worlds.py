@@ -11,6 +11,7 @@ The oracle's rows for a rank come from the layout formulas of docs/distributed.m
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
 import os
@@ -310,7 +311,13 @@ def run(rank: int, world: int, port: int, out: str) -> None:
     torch.set_num_threads(1)
     if sys.platform.startswith("linux"):
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # loopback only, whatever the host name resolves to
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=180),  # a hang fails the test instead of blocking CI
+    )
     try:
         res: dict[str, Any] = {}
         res.update(ring_cases(world, rank))

@@ -30,10 +30,21 @@ _cache: dict[int, dict[str, Any]] = {}
 
 
 def results(world: int, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Spawn the world once (per pytest session) and return every case's errors; a failed spawn is not retried."""
     if world not in _cache:
         out = tmp_path_factory.mktemp(f"world{world}") / "errors.json"
-        mp.spawn(_worlds.run, args=(world, _worlds.free_port(), str(out)), nprocs=world, join=True)
-        _cache[world] = json.loads(Path(out).read_text())
+        try:
+            mp.spawn(_worlds.run, args=(world, _worlds.free_port(), str(out)), nprocs=world, join=True)
+            _cache[world] = json.loads(Path(out).read_text())
+        except (
+            mp.ProcessRaisedException,
+            mp.ProcessExitedException,
+            OSError,
+            ValueError,
+        ) as e:  # crash, no file
+            _cache[world] = {"__error__": f"{type(e).__name__}: {e}"}
+    if "__error__" in _cache[world]:
+        pytest.fail(f"the {world}-process world failed: {_cache[world]['__error__']}")
     return _cache[world]
 
 
