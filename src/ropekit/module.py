@@ -121,6 +121,23 @@ class Rotary(nn.Module):
         return cos, sin
 
     # ------------------------------------------------------------------ forward
+    def _decode_fast(
+        self, q: torch.Tensor, k: torch.Tensor | None, positions: torch.Tensor, inplace: bool
+    ) -> tuple[tuple[object, ...] | None, tuple[torch.Tensor, torch.Tensor | None] | None]:
+        """(call key, result): the result when this call geometry (q, k, positions' dtype/shape/device) was
+        validated before and the cache holds every position -- one gather and one kernel call (decoding)."""
+        cache = self._cache
+        if cache is None or torch.compiler.is_compiling():
+            return None, None
+        akey = fastpath.apply_key(q, k, positions, self.spec, self.format, inplace, "auto")
+        hit = fastpath.apply_lookup(akey, self.spec)
+        if hit is not None and positions.device == cache.device:
+            tables = cache.lookup_flat(positions.reshape(-1))  # contiguous, as when the plan was built
+            if tables is not None and tables[0].device == q.device:
+                out: tuple[torch.Tensor, torch.Tensor | None] = hit[0](q, k, tables[0], tables[1])
+                return akey, out
+        return akey, None
+
     def forward(
         self,
         q: torch.Tensor,
@@ -138,17 +155,9 @@ class Rotary(nn.Module):
             from ropekit.axis_tables import rotary_forward_axes
 
             return rotary_forward_axes(self, q, k, positions, inplace)
-        cache = self._cache
-        akey = None
-        if cache is not None and not torch.compiler.is_compiling():
-            # decode fast path: this geometry (q, k, positions' dtype/shape/device) was validated before
-            akey = fastpath.apply_key(q, k, positions, self.spec, self.format, inplace, "auto")
-            hit = fastpath.apply_lookup(akey, self.spec)
-            if hit is not None and positions.device == cache.device:
-                tables = cache.lookup_flat(positions.reshape(-1))  # contiguous, as when the plan was built
-                if tables is not None and tables[0].device == q.device:
-                    out: tuple[torch.Tensor, torch.Tensor | None] = hit[0](q, k, tables[0], tables[1])
-                    return out
+        akey, out = self._decode_fast(q, k, positions, inplace)
+        if out is not None:
+            return out
         check_positions(positions)
         if not isinstance(q, torch.Tensor) or q.dim() != (3 if self.format == "thd" else 4):
             _validate(q, k, positions, self.spec, self.format, inplace, "auto")  # raises the precise error

@@ -164,7 +164,7 @@ def rope_tables(
         pos = positions if device is None else positions.to(device)
         cache = shared_cache(spec, pos.device)
         hit = None if cache is None else cache.lookup(pos)
-        if hit is not None:
+        if cache is not None and hit is not None:
             cos, sin = hit
             if cos.untyped_storage().data_ptr() == cache.rows.untyped_storage().data_ptr():
                 cos, sin = cos.clone(), sin.clone()  # a slice of the cache: the caller may write to it

@@ -6,7 +6,7 @@ and k when the tables are rebuilt per call. The rows depend only on the spec, so
 function as every other exact table, so values are bit-identical) and read:
 
 - eagerly (:meth:`TableCache.lookup`): a consecutive run of positions is a zero-copy slice; anything else one
-  ``index_select`` of [L, 2, n] rows (on the CPU its bounds check runs in C++, no Python-side scan of the
+  ``index_select`` of the rows (on the CPU its bounds check runs in C++, no Python-side scan of the
   positions). Positions past the cache grow it (next power of two, up to ``limit``); negative ones or ones past
   the limit return None and the caller computes exact tables directly -- never an identity rotation.
 - traced (:meth:`TableCache.select`): under ``torch.compile`` no data-dependent branch and no host sync: a
@@ -39,18 +39,22 @@ class TableCache:
         self.spec, self.device, self.limit = spec, device, limit
         self.rows = self._build(min(length, limit))
 
-    def _build(self, length: int) -> torch.Tensor:
-        pos = torch.arange(length, dtype=torch.int64, device=self.device)
+    def _build(self, length: int, start: int = 0) -> torch.Tensor:
+        pos = torch.arange(start, length, dtype=torch.int64, device=self.device)
         cos, sin = _rope_tables(pos, self.spec)
-        return torch.stack((cos, sin))  # [2, L, n]
+        return torch.stack((cos, sin))  # [2, length - start, n]
 
     @property
     def length(self) -> int:
         return int(self.rows.shape[1])
 
     def grow(self, length: int) -> None:
-        """Rebuild for ``length`` rows (capped at the limit); the old tensor is replaced, never written."""
-        self.rows = self._build(min(length, self.limit))
+        """Extend to ``length`` rows (capped at the limit); the old tensor is replaced, never written."""
+        length, old = min(length, self.limit), self.rows
+        if old.device.type == "meta" or length <= old.shape[1]:
+            self.rows = self._build(length)
+        else:  # only the new rows are computed (row values do not depend on the cache length)
+            self.rows = torch.cat((old, self._build(length, start=old.shape[1])), dim=1)
 
     def move(self, device: torch.device) -> None:
         length, was_meta = self.length, self.rows.device.type == "meta"

@@ -56,7 +56,8 @@ def test_inspect_shows_axes_for_vl_preset() -> None:
     assert "THWTHW" in out.getvalue()
     js = io.StringIO()
     inspect_cmd.run(spec, 32768, as_json=True, out=js)
-    assert json.loads(js.getvalue())["axes"]["map"].endswith("TTTT")
+    (view,) = json.loads(js.getvalue())["views"]
+    assert view["axes"]["map"].endswith("TTTT")
     plain = io.StringIO()
     inspect_cmd.run(RopeSpec(64), 4096, as_json=True, out=plain)
-    assert "axes" not in json.loads(plain.getvalue())  # 1-D output unchanged
+    assert all("axes" not in v for v in json.loads(plain.getvalue())["views"])  # 1-D output unchanged
