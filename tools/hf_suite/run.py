@@ -122,6 +122,8 @@ def main() -> int:
         print(f"BROKEN BY THE PATCH: {t} ({ours.get(t)})")
     for t in fixed:
         print(f"passes only patched: {t}")
+    for t in sorted(t for t, s in base.items() if s != "PASSED" and ours.get(t) == s):
+        print(f"same outcome ({base[t]}) unpatched and patched: {t}")
     print("no test that passes unpatched fails patched" if not broken else f"{len(broken)} regressions")
     return 1 if broken else 0
 

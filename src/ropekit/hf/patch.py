@@ -171,7 +171,7 @@ def _plan(model: nn.Module) -> tuple[list[tuple[str, nn.Module, type, dict[str |
         except ValueError as e:
             refused.append(f"{where}: ropekit cannot express its config: {e}")
             continue
-        cls = ropekit_class(type(m), fam)
+        cls = ropekit_class(type(m), fam)  # type: ignore[arg-type]
         why = _verify(m, cls, fam, specs)
         if why is not None:
             refused.append(f"{where}: {why}")
