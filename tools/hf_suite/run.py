@@ -92,12 +92,14 @@ def _run(pkg: Path, patched: bool, k: str | None) -> dict[str, str]:
     out = subprocess.run(cmd, check=False, env=env, cwd=pkg.parent, capture_output=True, text=True).stdout
     res = {}
     for line in out.splitlines():
+        m = re.match(r"^SKIPPED \[(\d+)\] (\S+?):\d+", line)  # grouped skips: count them
+        if m:
+            for i in range(int(m.group(1))):
+                res[f"{m.group(2)}#skip{len(res)}-{i}"] = "SKIPPED"
+            continue
         m = re.match(r"^(PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS) (\S+)", line)
         if m:
             res[m.group(2)] = m.group(1)
-        m = re.match(r"^SKIPPED \[\d+\] (\S+):\d+", line)
-        if m:
-            res.setdefault(m.group(1), "SKIPPED")
     return res
 
 
