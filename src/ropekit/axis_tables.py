@@ -187,25 +187,24 @@ def rotary_forward_axes(
 def _cached_axis_tables(
     rotary: torch.nn.Module, pos: torch.Tensor, spec: RopeSpec
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """[A, *P] -> [*P, n] through the module's exact cache, fetching each needed row once.
-
-    The rows of the distinct positions (or of the range lo..hi when that is no larger) come from
-    ``rotary.tables``; each band then takes its axis's row with one flat gather -- about the work of a 1-D
-    lookup, instead of one full lookup per axis.
-    """
+    """[A, *P] -> [*P, n] from the module's exact 1-D cache: one gather of every band's row (the work of a 1-D
+    lookup). Positions the cache cannot serve (float, negative, beyond its limit) take the exact banded path."""
     assert spec.axes is not None
+    dev: torch.device = rotary.inv_freq.device  # type: ignore[assignment]
     n = spec.n_bands
-    if pos.dtype.is_floating_point or pos.numel() == 0 or pos.device.type == "meta":
-        cos_a, sin_a = rotary.tables(pos)  # type: ignore[operator]
-        return select_axes(cos_a, spec), select_axes(sin_a, spec)
-    lo, hi = (int(v) for v in torch.aminmax(pos))
-    if hi - lo + 1 <= 2 * pos.numel():
-        rows = torch.arange(lo, hi + 1, dtype=torch.int64, device=pos.device)
-        inv = pos.to(torch.int64) - lo
-    else:
-        rows, inv = torch.unique(pos, return_inverse=True)
-    cos_r, sin_r = rotary.tables(rows)  # type: ignore[operator]  # [R, n]
-    slots = torch.tensor(spec.axes.slots, dtype=torch.int64, device=pos.device)
-    band_rows = inv.movedim(0, -1).index_select(-1, slots).to(cos_r.device)  # [*P, n]: row of each band
-    flat = band_rows * n + torch.arange(n, dtype=torch.int64, device=cos_r.device)
-    return cos_r.reshape(-1)[flat], sin_r.reshape(-1)[flat]
+    if pos.dtype.is_floating_point or pos.numel() == 0 or dev.type == "meta" or pos.device.type == "meta":
+        return axis_tables(pos, spec, device=dev)
+    pos = pos.to(dev)
+    lo, hi = (int(v) for v in torch.aminmax(pos))  # one host sync
+    limit = int(getattr(rotary, "cache_limit", 0))
+    if lo < 0 or hi >= limit:
+        return axis_tables(pos, spec, device=dev)
+    rotary.tables(torch.tensor([hi], dtype=torch.int64, device=dev))  # type: ignore[operator]  # grows the cache
+    cos_c, sin_c = getattr(rotary, "_cos", None), getattr(rotary, "_sin", None)
+    if not isinstance(cos_c, torch.Tensor) or not isinstance(sin_c, torch.Tensor) or cos_c.shape[0] <= hi:
+        return axis_tables(pos, spec, device=dev)  # a module without the expected cache: still exact
+    band = (
+        pos.to(torch.int64).movedim(0, -1).index_select(-1, _slots(spec, dev)).reshape(-1, n)
+    )  # row per band
+    shape = (*pos.shape[1:], n)
+    return cos_c.gather(0, band).reshape(shape), sin_c.gather(0, band).reshape(shape)

@@ -247,3 +247,16 @@ def test_scaled_specs_equal_axes_bit_identical_to_one_d(scaling) -> None:
     assert torch.equal(cos, c1) and torch.equal(sin, s1)
     if spec.attention_factor != 1.0:
         assert float(cos.abs().max()) > 1.0  # the factor is applied
+
+
+def test_rotary_module_exact_for_float_and_negative_positions() -> None:
+    spec = qwen3_vl_spec(16, 1e4, (4, 2, 2))
+    rot = Rotary(spec, max_seq_len=8, cache_limit=64)
+    q = torch.randn(1, 5, 2, 16)
+    for pos in (
+        torch.tensor([[0.5, 1.25, 2.0, 3.0, 1e6 + 0.5]] * 3, dtype=torch.float64),
+        torch.tensor([[-3, 0, 2, 5, 7], [1, 1, 1, 1, 1], [100, 0, 0, 0, 0]]),  # negative and beyond the limit
+    ):
+        got, _ = rot(q, None, positions=pos)
+        want, _ = apply_rope_axes(q, None, pos, spec)
+        assert torch.equal(got, want)
