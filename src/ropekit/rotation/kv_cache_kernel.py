@@ -185,5 +185,5 @@ def kernel_write(
         if len(_PLANS) >= _MAX_PLANS:
             _PLANS.clear()
         spans = [_span(t) for t in (ckb, cvb, kb, vb, index) + ((qb,) if qb is not None else ())]
-        a, b = (block_size * ckb.shape[0], 0) if mode == 1 else (S, ckb.shape[1])
-        _PLANS[key] = _Plan(fn, p, spans, mode, index.numel(), a, b)
+        lim = (block_size * ckb.shape[0], 0) if mode == 1 else (S, ckb.shape[1])
+        _PLANS[key] = _Plan(fn, p, spans, mode, index.numel(), *lim)
