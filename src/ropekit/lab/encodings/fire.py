@@ -33,7 +33,7 @@ class FIRE(PositionalEncoding):
         self.mlp = nn.Sequential(nn.Linear(1, hidden), nn.ReLU(), nn.Linear(hidden, n_heads))
         for m in self.mlp:
             if isinstance(m, nn.Linear):
-                m._lab_skip = True  # keep PyTorch's default init (the model's std 0.02 would flatten the MLP)
+                setattr(m, "_lab_skip", True)  # noqa: B010 - keep PyTorch's default init (the model's std 0.02 would flatten the MLP)
         self.c = nn.Parameter(torch.tensor(1.0))
         self.threshold = nn.Parameter(torch.tensor(float(max_positions)))
 
@@ -49,4 +49,5 @@ class FIRE(PositionalEncoding):
 
     def bias(self, q_positions: torch.Tensor, k_positions: torch.Tensor) -> torch.Tensor:
         x = self.normalized_distance(q_positions, k_positions)
-        return self.mlp(x.unsqueeze(-1)).permute(0, 3, 1, 2)
+        out: torch.Tensor = self.mlp(x.unsqueeze(-1)).permute(0, 3, 1, 2)
+        return out
