@@ -21,7 +21,6 @@ Shapes: w window positions, n bands.
 from __future__ import annotations
 
 import dataclasses
-
 from dataclasses import asdict, dataclass
 
 import torch
