@@ -33,6 +33,7 @@ demo: $(VENV)/.core
 
 test: $(VENV)/.dev $(VENV)/.chromium
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
 test-all: $(VENV)/.dev
