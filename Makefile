@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: demo test test-all clean report-screenshot test-hf-suite
+.PHONY: demo report test test-all clean report-screenshot test-hf-suite
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,7 +29,15 @@ $(VENV)/.chromium: $(BIN)/python
 
 demo: $(VENV)/.core
 	$(BIN)/ropekit inspect
-	@echo "A visual report: ropekit report llama-3.1-8b --out report && open report/index.html (any browser, offline)"
+	@echo "A visual report of a preset: make report (writes report/index.html; open it in any browser, offline)"
+
+# `make report`: the figures need matplotlib (the `plot` extra)
+$(VENV)/.plot: $(VENV)/.core
+	$(BIN)/python -m pip install -q -e ".[plot]"
+	touch $@
+
+report: $(VENV)/.plot
+	$(BIN)/ropekit report llama-3.1-8b --out report
 
 test: $(VENV)/.dev $(VENV)/.chromium
 	$(BIN)/ruff check .

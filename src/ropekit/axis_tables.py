@@ -2,10 +2,10 @@
 """Exact multi-axis cos/sin tables and the ``apply_rope``-level entry point for multi-axis positions.
 
 A multi-axis spec (``RopeSpec.axes``, :mod:`ropekit.axes`) turns band j by ``pos[a(j)] * theta_j``. The tables
-gather each band's axis position and then apply :mod:`ropekit.phases`' float64 recipe (product with the spec's
-float64 frequencies, reduction mod 2*pi, cos/sin, attention factor, one rounding) elementwise -- the same
-operations in the same order, so each entry is bit-identical to the 1-D table at that axis's position (tested
-against :func:`ropekit.rope_tables`), at the cost of one 1-D table plus a gather. The result has the 1-D shape
+are the exact 1-D tables of :mod:`ropekit.phases` (exact reduction over the whole int64 range, shared cache for
+integer positions) at each axis's positions, with band j gathered from axis ``a(j)``: each entry is bit-identical
+to the 1-D table at that band's axis position (tested against :func:`ropekit.rope_tables`), at the cost of one 1-D
+table per axis plus a gather. The result has the 1-D shape
 [*P, n], so every rotation backend (torch, fused CPU, Triton) rotates it unchanged: multi-axis RoPE needs no
 new rotation path (M-RoPE: Wang et al. 2024, "Qwen2-VL", arXiv 2409.12191; 2-D: Heo et al. 2024, arXiv
 2403.13298).
@@ -16,16 +16,14 @@ Shapes: A axes, P any position shape, n = rotary_dim // 2 bands.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-import math
 
 import torch
 
-from ropekit.phases import _compute_device, check_positions
+from ropekit.phases import check_positions, rope_tables
 from ropekit.rotation.apply import FORMATS, Format, _check_positions_shape, apply_rope_tables
 from ropekit.spec import RopeSpec
-
-_TWO_PI = 2.0 * math.pi
 
 __all__ = ["apply_rope_axes", "axis_tables", "check_axis_positions", "rotary_forward_axes", "select_axes"]
 
@@ -91,27 +89,20 @@ def axis_tables(
     if out_device.type == "meta" or pos.device.type == "meta":
         shape = (*pos.shape[1:], n)
         return torch.empty(shape, dtype=dtype, device="meta"), torch.empty(shape, dtype=dtype, device="meta")
-    work = _compute_device(out_device)
-    freqs = spec.frequencies(seq_len if spec.dynamic else None, device=work)  # float64 [n]
-    slots = _slots(spec, work)
-    with torch.autocast(device_type=work.type, enabled=False):
-        # the position of every band's own axis, [*P, n]; then phases' float64 recipe, elementwise
-        band_pos = pos.to(work).movedim(0, -1).index_select(-1, slots).to(torch.float64)
-        cos, sin = _tables_from_angles_banded(band_pos, freqs, spec.attention_factor, dtype)
-    return cos.to(out_device), sin.to(out_device)
+    flat = _one_axis(spec)
+    per_axis = [
+        rope_tables(pos[a], flat, seq_len=seq_len if spec.dynamic else None, dtype=dtype, device=out_device)
+        for a in range(pos.shape[0])
+    ]  # each [*P, n]: the exact 1-D tables (shared cache for integer rows) at that axis's positions
+    cos = select_axes(torch.stack([c for c, _ in per_axis]), spec)
+    sin = select_axes(torch.stack([s for _, s in per_axis]), spec)
+    return cos, sin
 
 
-def _tables_from_angles_banded(
-    band_pos: torch.Tensor, freqs64: torch.Tensor, factor: float, dtype: torch.dtype
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`ropekit.phases` recipe with a position per band: the same float64 operations in the same order
-    (product, reduction mod 2*pi, cos/sin, attention factor, one rounding), so a band's entry is bit-identical to
-    the 1-D table at that band's position."""
-    angle = torch.remainder(band_pos * freqs64, _TWO_PI)  # elementwise float64: no matmul, no TF32/autocast
-    cos, sin = torch.cos(angle), torch.sin(angle)
-    if factor != 1.0:
-        cos, sin = cos * factor, sin * factor
-    return cos.to(dtype), sin.to(dtype)
+@functools.lru_cache(maxsize=256)
+def _one_axis(spec: RopeSpec) -> RopeSpec:
+    """The same spec without its axis map: same frequencies, phase map, factor and layout."""
+    return dataclasses.replace(spec, axes=None)
 
 
 @functools.lru_cache(maxsize=256)
@@ -187,25 +178,24 @@ def rotary_forward_axes(
 def _cached_axis_tables(
     rotary: torch.nn.Module, pos: torch.Tensor, spec: RopeSpec
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """[A, *P] -> [*P, n] through the module's exact cache, fetching each needed row once.
-
-    The rows of the distinct positions (or of the range lo..hi when that is no larger) come from
-    ``rotary.tables``; each band then takes its axis's row with one flat gather -- about the work of a 1-D
-    lookup, instead of one full lookup per axis.
-    """
+    """[A, *P] -> [*P, n] from the module's exact 1-D cache: one gather of every band's row (the work of a 1-D
+    lookup). Positions the cache cannot serve (float, negative, beyond its limit) take the exact banded path."""
     assert spec.axes is not None
+    dev: torch.device = rotary.inv_freq.device  # type: ignore[assignment]
     n = spec.n_bands
-    if pos.dtype.is_floating_point or pos.numel() == 0 or pos.device.type == "meta":
-        cos_a, sin_a = rotary.tables(pos)  # type: ignore[operator]
-        return select_axes(cos_a, spec), select_axes(sin_a, spec)
-    lo, hi = (int(v) for v in torch.aminmax(pos))
-    if hi - lo + 1 <= 2 * pos.numel():
-        rows = torch.arange(lo, hi + 1, dtype=torch.int64, device=pos.device)
-        inv = pos.to(torch.int64) - lo
-    else:
-        rows, inv = torch.unique(pos, return_inverse=True)
-    cos_r, sin_r = rotary.tables(rows)  # type: ignore[operator]  # [R, n]
-    slots = torch.tensor(spec.axes.slots, dtype=torch.int64, device=pos.device)
-    band_rows = inv.movedim(0, -1).index_select(-1, slots).to(cos_r.device)  # [*P, n]: row of each band
-    flat = band_rows * n + torch.arange(n, dtype=torch.int64, device=cos_r.device)
-    return cos_r.reshape(-1)[flat], sin_r.reshape(-1)[flat]
+    if pos.dtype.is_floating_point or pos.numel() == 0 or dev.type == "meta" or pos.device.type == "meta":
+        return axis_tables(pos, spec, device=dev)
+    pos = pos.to(dev)
+    lo, hi = (int(v) for v in torch.aminmax(pos))  # one host sync
+    limit = int(getattr(rotary, "cache_limit", 0))
+    if lo < 0 or hi >= limit:
+        return axis_tables(pos, spec, device=dev)
+    rotary.tables(torch.tensor([hi], dtype=torch.int64, device=dev))  # type: ignore[operator]  # grows the cache
+    cos_c, sin_c = getattr(rotary, "_cos", None), getattr(rotary, "_sin", None)
+    if not isinstance(cos_c, torch.Tensor) or not isinstance(sin_c, torch.Tensor) or cos_c.shape[0] <= hi:
+        return axis_tables(pos, spec, device=dev)  # a module without the expected cache: still exact
+    band = (
+        pos.to(torch.int64).movedim(0, -1).index_select(-1, _slots(spec, dev)).reshape(-1, n)
+    )  # row per band
+    shape = (*pos.shape[1:], n)
+    return cos_c.gather(0, band).reshape(shape), sin_c.gather(0, band).reshape(shape)

@@ -7,6 +7,7 @@ GLM-4V, ERNIE-4.5-VL) on random inputs.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -79,7 +80,7 @@ def test_all_axes_equal_is_exactly_the_one_d_table(name: str) -> None:
     spec = CASES[name][0]
     p = torch.randint(0, 1 << 20, (3, 9))
     cos, sin = axis_tables(p.expand(spec.n_axes, 3, 9), spec)
-    c1, s1 = rope_tables(p, spec)
+    c1, s1 = rope_tables(p, dataclasses.replace(spec, axes=None))  # the same spec in 1-D
     assert torch.equal(cos, c1) and torch.equal(sin, s1)  # bit-identical: exactness is inherited
 
 
@@ -243,7 +244,20 @@ def test_scaled_specs_equal_axes_bit_identical_to_one_d(scaling) -> None:
     spec = RopeSpec(head_dim=16, base=1e4, scaling=scaling(sc), axes=axes)
     p = torch.arange(300)  # beyond the original length: dynamic NTK rescales from max + 1
     cos, sin = axis_tables(p.expand(3, 300), spec)
-    c1, s1 = rope_tables(p, spec)
+    c1, s1 = rope_tables(p, dataclasses.replace(spec, axes=None))  # the same spec in 1-D
     assert torch.equal(cos, c1) and torch.equal(sin, s1)
     if spec.attention_factor != 1.0:
         assert float(cos.abs().max()) > 1.0  # the factor is applied
+
+
+def test_rotary_module_exact_for_float_and_negative_positions() -> None:
+    spec = qwen3_vl_spec(16, 1e4, (4, 2, 2))
+    rot = Rotary(spec, max_seq_len=8, cache_limit=64)
+    q = torch.randn(1, 5, 2, 16)
+    for pos in (
+        torch.tensor([[0.5, 1.25, 2.0, 3.0, 1e6 + 0.5]] * 3, dtype=torch.float64),
+        torch.tensor([[-3, 0, 2, 5, 7], [1, 1, 1, 1, 1], [100, 0, 0, 0, 0]]),  # negative and beyond the limit
+    ):
+        got, _ = rot(q, None, positions=pos)
+        want, _ = apply_rope_axes(q, None, pos, spec)
+        assert torch.equal(got, want)

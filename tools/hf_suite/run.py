@@ -92,12 +92,14 @@ def _run(pkg: Path, patched: bool, k: str | None) -> dict[str, str]:
     out = subprocess.run(cmd, check=False, env=env, cwd=pkg.parent, capture_output=True, text=True).stdout
     res = {}
     for line in out.splitlines():
+        m = re.match(r"^SKIPPED \[(\d+)\] (\S+?):\d+", line)  # grouped skips: count them
+        if m:
+            for i in range(int(m.group(1))):
+                res[f"{m.group(2)}#skip{len(res)}-{i}"] = "SKIPPED"
+            continue
         m = re.match(r"^(PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS) (\S+)", line)
         if m:
             res[m.group(2)] = m.group(1)
-        m = re.match(r"^SKIPPED \[\d+\] (\S+):\d+", line)
-        if m:
-            res.setdefault(m.group(1), "SKIPPED")
     return res
 
 
@@ -122,6 +124,8 @@ def main() -> int:
         print(f"BROKEN BY THE PATCH: {t} ({ours.get(t)})")
     for t in fixed:
         print(f"passes only patched: {t}")
+    for t in sorted(t for t, s in base.items() if s != "PASSED" and ours.get(t) == s):
+        print(f"same outcome ({base[t]}) unpatched and patched: {t}")
     print("no test that passes unpatched fails patched" if not broken else f"{len(broken)} regressions")
     return 1 if broken else 0
 

@@ -45,7 +45,7 @@ def measure(reps: int = 15, seq: int = 256, batch: int = 2) -> dict[str, tuple[f
             num_key_value_heads=8,
             max_position_embeddings=4096,
         )
-        ref = transformers.LlamaForCausalLM(cfg).eval()
+        ref = transformers.LlamaForCausalLM(cfg).eval()  # type: ignore[no-untyped-call]
         ours = ropekit.hf.patch(copy.deepcopy(ref))
     ids = torch.randint(0, 1000, (batch, seq))
     nxt = torch.randint(0, 1000, (batch, 1))

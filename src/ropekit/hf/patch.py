@@ -28,6 +28,7 @@ import contextlib
 import copy
 import sys
 import warnings
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,7 +52,7 @@ __all__ = ["SUPPORTED_CLASSES", "patch", "patched", "unpatch"]
 SUPPORTED_CLASSES = frozenset(c for f in FAMILIES if f.refused is None for c in f.rotary_classes)
 _RECORD = "_ropekit_patch"
 _PROBE_LEN = 12
-#: (modeling module name, function name) -> [module, original function, number of patched models using it]
+#: (modeling module name, function name) -> [module, original function, the patched models using it (weakly)]
 _FUNCTIONS: dict[tuple[str, str], list[Any]] = {}
 
 
@@ -171,7 +172,7 @@ def _plan(model: nn.Module) -> tuple[list[tuple[str, nn.Module, type, dict[str |
         except ValueError as e:
             refused.append(f"{where}: ropekit cannot express its config: {e}")
             continue
-        cls = ropekit_class(type(m), fam)
+        cls = ropekit_class(type(m), fam)  # type: ignore[arg-type]
         why = _verify(m, cls, fam, specs)
         if why is not None:
             refused.append(f"{where}: {why}")
@@ -240,9 +241,9 @@ def patch(model: nn.Module, *, cache_correct: bool = False) -> nn.Module:
             if not callable(fn) or key in record.functions:
                 continue
             if key not in _FUNCTIONS:
-                _FUNCTIONS[key] = [modeling, fn, 0]
+                _FUNCTIONS[key] = [modeling, fn, weakref.WeakSet()]
                 setattr(modeling, fn_name, wrap_apply(fn, kind, key))
-            _FUNCTIONS[key][2] += 1
+            _FUNCTIONS[key][2].add(model)
             record.functions.append(key)
         if cache_correct:
             from ropekit.hf.cache_correct import CacheState, install_hooks
@@ -273,8 +274,8 @@ def unpatch(model: nn.Module) -> nn.Module:
         entry = _FUNCTIONS.get(key)
         if entry is None:
             continue
-        entry[2] -= 1
-        if entry[2] <= 0:
+        entry[2].discard(model)
+        if not entry[2]:  # no live patched model uses it
             modeling, fn, _ = _FUNCTIONS.pop(key)
             setattr(modeling, key[1], fn)
     return model

@@ -66,7 +66,7 @@ def _strip_silent(rp: Any) -> Any:
         return rp
     if rp and all(isinstance(v, dict) or v is None for v in rp.values()):
         return {k: _strip_silent(v) for k, v in rp.items()}
-    t = rp.get("rope_type", rp.get("type", "default"))
+    t = str(rp.get("rope_type", rp.get("type", "default")))
     return {k: v for k, v in rp.items() if k not in _SILENT_KEYS.get(t, set())}
 
 
@@ -147,7 +147,7 @@ class RopekitRotary(nn.Module):
             return None
         if isinstance(spec.scaling, DynamicNTK):  # transformers' state, kept by its own decorator
             cached = getattr(self, f"{layer_type}_max_seq_len_cached", None) if layer_type else None
-            return int(cached if cached is not None else self.max_seq_len_cached)
+            return int(cached if cached is not None else self.max_seq_len_cached)  # type: ignore[arg-type]
         return int(position_ids.max()) + 1
 
     def _ropekit_tables(
@@ -194,7 +194,7 @@ def ropekit_class(original: type, family: Family) -> type:
     from transformers.modeling_rope_utils import dynamic_rope_update  # lazy: ropekit never needs transformers
 
     @torch.no_grad()
-    @dynamic_rope_update
+    @dynamic_rope_update  # type: ignore[untyped-decorator]
     def forward(
         self: RopekitRotary, x: torch.Tensor, position_ids: torch.Tensor, layer_type: str | None = None
     ) -> Any:
@@ -203,7 +203,7 @@ def ropekit_class(original: type, family: Family) -> type:
     def __init__(self: RopekitRotary, *args: Any, **kwargs: Any) -> None:
         RopekitRotary.__init__(self, *args, **kwargs)
 
-    __init__.__signature__ = inspect.signature(original.__init__)  # type: ignore[attr-defined]
+    __init__.__signature__ = inspect.signature(original.__init__)  # type: ignore[attr-defined,misc]
     forward.__doc__ = f"{original.__name__}.forward, computed by ropekit (same arguments and outputs)."
     ns = {
         "__init__": __init__,

@@ -253,7 +253,14 @@ def apply_rope(
         TypeError, ValueError: naming the argument, before any tensor is modified.
 
     Autograd: the backward of the rotation is the rotation by the negative angle.
+
+    A multi-axis spec (``spec.axes`` set: M-RoPE, 2-D/3-D vision RoPE) takes positions [n_axes, ...] and is
+    rotated by :func:`ropekit.apply_rope_axes`; its positions are never read as per-row 1-D positions.
     """
+    if spec.axes is not None:
+        from ropekit.axis_tables import apply_rope_axes
+
+        return apply_rope_axes(q, k, positions, spec, format=format, inplace=inplace, backend=backend)
     compiling = torch.compiler.is_compiling()
     akey = None if compiling else fastpath.apply_key(q, k, positions, spec, format, inplace, backend)
     hit = fastpath.apply_lookup(akey, spec)

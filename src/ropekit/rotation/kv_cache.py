@@ -29,16 +29,12 @@ import torch
 
 from ropekit.kernels import cpu_build
 from ropekit.phases import INT_DTYPES, check_positions, rope_tables
-from ropekit.rotation import cpu_backend, torch_backend
+from ropekit.rotation import torch_backend
+from ropekit.rotation.kv_cache_kernel import fast_write, kernel_write, use_kernel
 from ropekit.spec import RopeSpec
 
 __all__ = ["rope_cache_write", "rope_paged_cache_write"]
 
-_FN = {
-    torch.float32: "ropekit_cache_write_f32",
-    torch.bfloat16: "ropekit_cache_write_bf16",
-    torch.float16: "ropekit_cache_write_f16",
-}
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 Tables = tuple[torch.Tensor, torch.Tensor]
 
@@ -50,6 +46,11 @@ def _tensor(name: str, x: object, dims: int, what: str) -> torch.Tensor:
         raise ValueError(f"{name} must be {dims}-D {what}, got shape {tuple(x.shape)}")
     if x.dtype not in _FLOATS:
         raise ValueError(f"{name} must be float32, bfloat16, float16 or float64, got {x.dtype}")
+    if x.requires_grad and torch.is_grad_enabled():
+        raise ValueError(
+            f"{name} requires grad, but the cache write is inference-only (nothing is differentiated through the "
+            "cache): call it under torch.no_grad() or detach"
+        )
     return x
 
 
@@ -217,6 +218,11 @@ def rope_cache_write(
     Raises:
         ValueError / TypeError naming the argument, before anything is written.
     """
+    plan_key = None
+    if tables is not None and positions is None and isinstance(offsets, torch.Tensor):
+        plan_key = (f"{format}/{cache_format}", k, v, cache_k, cache_v, offsets, q, tables, spec)
+        if fast_write(plan_key):
+            return q
     _check_fmt("format", format)
     _check_fmt("cache_format", cache_format)
     k = _tensor("k", k, 4, f"in {format} layout")
@@ -256,8 +262,8 @@ def rope_cache_write(
     _no_overlap(
         [("cache_k", ck), ("cache_v", cv)], list(zip(names[:2] + names[4:], xs[:2] + xs[4:], strict=True))
     )
-    if _use_kernel(kb, vb, ckb, cvb, qb):
-        _kernel(kb, vb, ckb, cvb, qb, cos, sin, off, (B, S), 0, 0, spec)
+    if use_kernel(kb, vb, ckb, cvb, qb):
+        kernel_write(kb, vb, ckb, cvb, qb, cos, sin, off, (B, S), 0, 0, spec, plan_key)
     else:
         bi = torch.arange(B, device=k.device)[:, None].expand(B, S)
         si = off[:, None] + torch.arange(S, device=k.device)
@@ -292,6 +298,11 @@ def rope_paged_cache_write(
     Raises:
         ValueError / TypeError naming the argument, before anything is written.
     """
+    plan_key = None
+    if tables is not None and positions is None and isinstance(slots, torch.Tensor):
+        plan_key = ("paged", k, v, cache_k, cache_v, slots, q, tables, spec)
+        if fast_write(plan_key):
+            return q
     k = _tensor("k", k, 3, "[T, Hkv, D]")
     v = _tensor("v", v, 3, "[T, Hkv, Dv]")
     ck = _tensor("cache_k", cache_k, 4, "[num_blocks, block_size, Hkv, D]")
@@ -324,87 +335,11 @@ def rope_paged_cache_write(
     )
     k4, v4, q4 = k[None], v[None], (q[None] if q is not None else None)
     cos4, sin4 = cos[None] if cos.dim() == 2 else cos, sin[None] if sin.dim() == 2 else sin
-    if _use_kernel(k4, v4, ck, cv, q4):
-        _kernel(k4, v4, ck, cv, q4, cos4, sin4, sl, (1, T), 1, bs, spec)
+    if use_kernel(k4, v4, ck, cv, q4):
+        kernel_write(k4, v4, ck, cv, q4, cos4, sin4, sl, (1, T), 1, bs, spec, plan_key)
     else:
         _torch_write(k4, v4, ck, cv, q4, cos4, sin4, (sl[None] // bs, sl[None] % bs), spec)
     return q
-
-
-def _use_kernel(*xs: torch.Tensor | None) -> bool:
-    ts = [x for x in xs if x is not None]
-    return (
-        all(x.device.type == "cpu" and x.stride(-1) == 1 for x in ts)
-        and ts[0].dtype in _FN
-        and cpu_build.load() is not None
-    )
-
-
-def _table_strides(t: torch.Tensor) -> tuple[int, int]:
-    """Element strides of a [.., n] table over (b, s) after broadcasting to [B, S, n] (0 where broadcast)."""
-    pad = 3 - t.dim()
-    st = [0] * pad + list(t.stride())
-    sz = [1] * pad + list(t.shape)
-    return (0 if sz[0] == 1 else st[0]), (0 if sz[1] == 1 else st[1])
-
-
-def _kernel(
-    kb: torch.Tensor,
-    vb: torch.Tensor,
-    ckb: torch.Tensor,
-    cvb: torch.Tensor,
-    qb: torch.Tensor | None,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    index: torch.Tensor,
-    bs_shape: tuple[int, int],
-    mode: int,
-    block_size: int,
-    spec: RopeSpec,
-) -> None:
-    """The C kernel; all tensors seen as [B, S, H, D] (bshd views), caches as [B or blocks, rows, H, D]."""
-    if cos.shape != sin.shape:  # one geometry for both: broadcast them against each other
-        nd = max(cos.dim(), sin.dim())
-        a, b = [1] * (nd - cos.dim()) + list(cos.shape), [1] * (nd - sin.dim()) + list(sin.shape)
-        shape = [max(x, y) for x, y in zip(a, b, strict=True)]
-        cos, sin = cos.expand(shape), sin.expand(shape)
-    if cos.stride(-1) != 1 or sin.stride() != cos.stride():
-        cos, sin = cos.contiguous(), sin.contiguous()
-    B, S = bs_shape
-    index = index.contiguous()
-    qs = list(qb.stride()[:3]) if qb is not None else [0, 0, 0]
-    work = kb.numel() + vb.numel() + (qb.numel() if qb is not None else 0)
-    p = [
-        B,
-        S,
-        kb.shape[2],
-        qb.shape[2] if qb is not None else 0,
-        kb.shape[3],
-        vb.shape[3],
-        *kb.stride()[:3],
-        *vb.stride()[:3],
-        *qs,
-        *ckb.stride()[:3],
-        *cvb.stride()[:3],
-        *_table_strides(cos),
-        mode,
-        block_size,
-        int(spec.rotary_dim or spec.head_dim),
-        int(spec.layout == "interleaved"),
-        cpu_backend.threads_for(2 * work),
-    ]
-    lib = cpu_build.load()
-    getattr(lib, _FN[kb.dtype])(
-        kb.data_ptr(),
-        vb.data_ptr(),
-        ckb.data_ptr(),
-        cvb.data_ptr(),
-        qb.data_ptr() if qb is not None else None,
-        cos.data_ptr(),
-        sin.data_ptr(),
-        index.data_ptr(),
-        (ctypes.c_int64 * len(p))(*p),
-    )
 
 
 def _torch_write(

@@ -51,11 +51,11 @@ def test_errors_and_defaults() -> None:
 def test_inspect_shows_axes_for_vl_preset() -> None:
     spec = preset_spec("qwen3-vl-8b")
     out = io.StringIO()
-    inspect_cmd.run(spec, 32768, as_json=False, out=out)
+    inspect_cmd.run(spec, 2048, as_json=False, out=out)
     assert "Bands per axis (interleaved [24, 20, 20])" in out.getvalue()
     assert "THWTHW" in out.getvalue()
     js = io.StringIO()
-    inspect_cmd.run(spec, 32768, as_json=True, out=js)
+    inspect_cmd.run(spec, 2048, as_json=True, out=js)
     (view,) = json.loads(js.getvalue())["views"]
     assert view["axes"]["map"].endswith("TTTT")
     plain = io.StringIO()

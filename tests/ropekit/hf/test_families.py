@@ -203,6 +203,8 @@ FAST = [
     "lfm3",
     "minicpm3",
     "ernie4_5",
+    "qwen3_5_text",  # refused: multi-axis
+    "deepseek_v4",  # refused: rope channels last
 ]
 _ALL = sorted(families())
 

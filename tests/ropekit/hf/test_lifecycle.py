@@ -11,6 +11,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 import ropekit.hf
+from ropekit.hf.patch import _FUNCTIONS
 from ropekit.hf.rotary import RopekitRotary
 
 SMALL = {
@@ -49,13 +50,14 @@ def test_patch_is_idempotent_and_unpatch_restores_bit_for_bit() -> None:
     model = _llama()
     rot = model.model.rotary_emb
     cls, modeling = type(rot), sys.modules[type(rot).__module__]
-    fn = modeling.apply_rotary_pos_emb
+    fn = modeling.apply_rotary_pos_emb  # the original, or the wrapper of models other tests left patched
+    original = getattr(fn, "_ropekit_original", fn)
     state, logits = _state(model), _logits(model)
 
     assert ropekit.hf.patch(model) is model
     assert model.model.rotary_emb is rot and isinstance(rot, RopekitRotary) and isinstance(rot, cls)
     wrapped = modeling.apply_rotary_pos_emb
-    assert wrapped is not fn
+    assert wrapped._ropekit_original is original
     ropekit.hf.patch(model)  # no-op
     assert type(rot).__mro__.count(cls) == 1 and modeling.apply_rotary_pos_emb is wrapped
     patched_logits = _logits(model)
@@ -63,7 +65,9 @@ def test_patch_is_idempotent_and_unpatch_restores_bit_for_bit() -> None:
 
     assert ropekit.hf.unpatch(model) is model
     assert type(rot) is cls and model.model.rotary_emb is rot
-    assert modeling.apply_rotary_pos_emb is fn
+    # the original again, unless another live model of the family is still patched (then its wrapper stays)
+    others = (modeling.__name__, "apply_rotary_pos_emb") in _FUNCTIONS
+    assert modeling.apply_rotary_pos_emb is (wrapped if others else original)
     assert not any(k.startswith("_ropekit") for k in vars(rot))
     after = _state(model)
     assert after.keys() == state.keys() and all(torch.equal(after[k], state[k]) for k in state)
@@ -90,13 +94,28 @@ def test_patched_context_manager_undoes_on_exit_and_on_error() -> None:
 def test_family_function_is_restored_only_when_no_patched_model_uses_it() -> None:
     a, b = _llama(), _llama()
     modeling = sys.modules[type(a.model.rotary_emb).__module__]
-    fn = modeling.apply_rotary_pos_emb
+    fn = modeling.apply_rotary_pos_emb  # the original, or the wrapper of models other tests left patched
     ropekit.hf.patch(a)
     ropekit.hf.patch(b)
     ropekit.hf.unpatch(a)
-    assert modeling.apply_rotary_pos_emb is not fn  # b still uses it
+    assert hasattr(modeling.apply_rotary_pos_emb, "_ropekit_original")  # b still uses it
     torch.testing.assert_close(_logits(b), _logits(a), rtol=1e-4, atol=1e-5)
     ropekit.hf.unpatch(b)
+    others = (modeling.__name__, "apply_rotary_pos_emb") in _FUNCTIONS
+    assert modeling.apply_rotary_pos_emb is (fn if others else getattr(fn, "_ropekit_original", fn))
+
+
+def test_the_original_function_returns_when_the_last_patched_model_is_unpatched() -> None:
+    import gc
+
+    model = _llama()
+    modeling = sys.modules[type(model.model.rotary_emb).__module__]
+    gc.collect()  # models other tests left patched, now unreachable, no longer hold the wrapper
+    fn = modeling.apply_rotary_pos_emb
+    if hasattr(fn, "_ropekit_original"):
+        pytest.skip("another live model of this family is patched in this process")
+    ropekit.hf.patch(model)
+    ropekit.hf.unpatch(model)
     assert modeling.apply_rotary_pos_emb is fn
 
 

@@ -149,7 +149,7 @@ def test_kernel_and_torch_path_agree_bit_for_bit(monkeypatch: pytest.MonkeyPatch
         k, v, q = (torch.randn(2, 3, h, 64, generator=g).to(dt) for h in (2, 2, 8))
         outs = []
         for use in (True, False):
-            monkeypatch.setattr(kv_cache, "_use_kernel", lambda *xs, u=use: u)
+            monkeypatch.setattr(kv_cache, "use_kernel", lambda *xs, u=use: u)
             ck, cv, qq = torch.zeros(2, 2, 9, 64, dtype=dt), torch.zeros(2, 2, 9, 64, dtype=dt), q.clone()
             rope_cache_write(k, v, ck, cv, torch.tensor([1, 6]), spec, q=qq)
             outs.append((ck, cv, qq))
@@ -279,7 +279,7 @@ def test_multithreaded_write_matches_the_torch_path(monkeypatch: pytest.MonkeyPa
     pos = torch.randint(0, 50_000, (T,), generator=g)
     outs = []
     for use in (True, False):
-        monkeypatch.setattr(kv_cache, "_use_kernel", lambda *xs, u=use: u)
+        monkeypatch.setattr(kv_cache, "use_kernel", lambda *xs, u=use: u)
         ck, cv = (
             torch.zeros(NB, BS, 8, 128, dtype=torch.bfloat16),
             torch.zeros(NB, BS, 8, 128, dtype=torch.bfloat16),
@@ -301,3 +301,65 @@ def test_tables_of_different_broadcast_shapes(backend: str) -> None:
     rope_cache_write(k, v, ck, cv, 1, spec, tables=(cos, sin.expand(2, 3, 8)))
     ref = rope64(k, torch.arange(3).expand(2, 3), 16, "half")
     close(ck.transpose(1, 2)[:, 1:4], ref)
+
+
+def test_prepared_plan_repeats_the_full_path_and_still_checks_values() -> None:
+    """Decoding: the second call with the same geometry takes the prepared plan. It writes what the full path
+    writes (float64 oracle), and a bad slot, a repeated slot or an overlapping cache is still refused before any
+    write (the plan falls back to the full validation, which names the problem)."""
+    if cpu_build.load() is None:
+        pytest.skip("no C compiler")
+    from ropekit.rotation import kv_cache_kernel
+
+    g = torch.Generator().manual_seed(8)
+    spec = RopeSpec(16, base=BASE)
+    T, NB, BS = 4, 6, 4
+    ck, cv = torch.zeros(NB, BS, 2, 16), torch.zeros(NB, BS, 2, 16)
+    ref_k = ck.double().clone()
+    for step in range(3):
+        k, v = torch.randn(T, 2, 16, generator=g), torch.randn(T, 2, 16, generator=g)
+        slots = torch.tensor([step, 4 + step, 8 + step, 12 + step])
+        pos = torch.tensor([10, 20, 30, 40]) + step
+        rope_paged_cache_write(k, v, ck, cv, slots, spec, tables=rope_tables(pos, spec))
+        rk = rope64(k, pos, 16, "half")
+        for t in range(T):
+            ref_k[divmod(int(slots[t]), BS)] = rk[t]
+    assert kv_cache_kernel._PLANS  # the later calls had a plan
+    close(ck, ref_k)
+    k = torch.randn(T, 2, 16, generator=g)
+    tables = rope_tables(torch.arange(T), spec)
+    before = ck.clone()
+    with pytest.raises(ValueError, match=r"slots\[2\] = 24 is outside"):
+        rope_paged_cache_write(k, k, ck, cv, torch.tensor([0, 1, 24, 3]), spec, tables=tables)
+    with pytest.raises(ValueError, match="distinct"):
+        rope_paged_cache_write(k, k, ck, cv, torch.tensor([0, 1, 1, 3]), spec, tables=tables)
+    with pytest.raises(ValueError, match="overlap"):
+        rope_paged_cache_write(ck[0], k, ck, cv, torch.tensor([0, 1, 2, 3]), spec, tables=tables)
+    assert torch.equal(ck, before)
+
+
+def test_contiguous_plan_checks_offsets() -> None:
+    if cpu_build.load() is None:
+        pytest.skip("no C compiler")
+    spec = RopeSpec(8, base=BASE)
+    k = torch.randn(2, 1, 1, 8)
+    ck, cv = torch.zeros(2, 1, 4, 8), torch.zeros(2, 1, 4, 8)
+    cos, sin = rope_tables(torch.tensor([[0], [0]]), spec)
+    for o in ([0, 1], [1, 2]):
+        rope_cache_write(k, k, ck, cv, torch.tensor(o), spec, tables=(cos, sin))
+    before = ck.clone()
+    with pytest.raises(ValueError, match=r"offsets\[1\] = 4"):
+        rope_cache_write(k, k, ck, cv, torch.tensor([0, 4]), spec, tables=(cos, sin))
+    assert torch.equal(ck, before)
+    # position 0 is the identity: the second call put k at rows 1 and 2
+    assert torch.equal(ck[0, 0, 1], k[0, 0, 0]) and torch.equal(ck[1, 0, 2], k[1, 0, 0])
+
+
+def test_autograd_inputs_refused() -> None:
+    k = torch.randn(1, 1, 1, 8, requires_grad=True)
+    ck, cv = torch.zeros(1, 1, 2, 8), torch.zeros(1, 1, 2, 8)
+    with pytest.raises(ValueError, match="k requires grad"):
+        rope_cache_write(k, k.detach(), ck, cv, 0, RopeSpec(8, base=BASE))
+    with torch.no_grad():
+        rope_cache_write(k, k.detach(), ck, cv, 0, RopeSpec(8, base=BASE))
+    assert torch.equal(ck[0, 0, 0], k.detach()[0, 0, 0])
