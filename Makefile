@@ -57,4 +57,4 @@ test-hf-suite: $(VENV)/.dev
 	$(BIN)/python tools/hf_suite/run.py
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis .mypy_cache
