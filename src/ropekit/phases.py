@@ -152,7 +152,7 @@ def rope_tables(
         float32 tables of integer positions of a static spec are read from a cache shared per spec and device
         (:func:`ropekit.table_cache.shared_cache`), bit-identical to computing them.
     """
-    if spec.axes is not None:  # multi-axis spec: positions [n_axes, *P], band j at its axis's position
+    if isinstance(spec, RopeSpec) and spec.axes is not None:  # multi-axis spec: positions [n_axes, *P], band j at its axis's position
         from ropekit.axis_tables import axis_tables
 
         return axis_tables(positions, spec, seq_len=seq_len, dtype=dtype, device=device)

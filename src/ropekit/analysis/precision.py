@@ -20,6 +20,7 @@ Shapes: w window positions, n bands.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import asdict, dataclass
 
 import torch
@@ -96,6 +97,10 @@ def phase_error(spec: RopeSpec, position: int, *, window: int = 2048) -> PhaseEr
         raise ValueError(f"position must be an int >= 0, got {position!r}")
     if isinstance(window, bool) or not isinstance(window, int) or window < 1:
         raise ValueError(f"window must be an int >= 1, got {window!r}")
+    if spec.axes is not None:
+        # multi-axis spec: every band's phase is its axis position times theta_j, each reduced by the same 1-D
+        # recipe, so the error at position p is the 1-D error of the same frequencies (text tokens: t = h = w)
+        spec = dataclasses.replace(spec, axes=None)
     lo = max(0, position - window + 1)
     pos = torch.arange(lo, position + 1, dtype=torch.int64)
     seq_len = position + 1 if spec.dynamic else None

@@ -42,7 +42,7 @@ def _stepper(variant: str, encoding: str, batch: int, length: int) -> Callable[[
             logits, _ = fwd(x)
         loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         return float(loss)

@@ -3,7 +3,7 @@
 figures, and collect the numbers behind them.
 
 Sections, in order: spectrum, rotations, scaling, decay, precision, and weights (model sources only). A
-multi-axis spec would add a "bands per axis" section here (extension point: ``_SECTIONS`` and ``_spec_figures``).
+multi-axis spec (M-RoPE, vision) adds a "bands per axis" section (:mod:`ropekit.analysis.axes`).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from ropekit.analysis.axes import axis_report, default_extents
 from ropekit.analysis.decay import gaussian_dot_moments, gaussian_dot_samples, ones_dot, su_bound
 from ropekit.analysis.precision_curve import precision_curve
 from ropekit.analysis.rotations import rotations
@@ -39,6 +40,10 @@ _SECTIONS: dict[str, tuple[str, str]] = {
         "Su's bound is an upper bound, not what random queries and keys do (seed 001).",
     ),
     "precision": ("Phase precision", "Exact phases against the usual float32 recipe, far beyond 10^7."),
+    "axes": (
+        "Bands per axis",
+        "Multi-axis RoPE (M-RoPE, 2-D/3-D vision): which bands read which position axis, against its extent.",
+    ),
     "weights": (
         "Weights: bands and positional heads",
         "Which bands carry norm, which heads attend by position.",
@@ -147,6 +152,16 @@ def _spec_sections(spec: RopeSpec, context: int, name: str, out: dict[str, list[
         f"{int(curve.position[-1]):.0e}); ropekit stays at float32 rounding ({float(curve.ropekit.max()):.1e}); measured on {measured}.",
         lambda: figures.precision_figure(curve, name),
     )
+    if spec.axes is not None:
+        ax_rep = axis_report(spec, default_extents(spec, context))
+        data["axes"] = ax_rep
+        short = [f"{a['axis']} {a['wrapping_bands']}/{a['n_bands']}" for a in ax_rep["axes"]]
+        add(
+            "axes",
+            "Dots below an axis's dashed extent turn at least once across it (fine, periodic), dots above see "
+            f"less than a turn (coarse); bands that turn within their extent: {', '.join(short)}.",
+            lambda: figures.axes_figure(ax_rep, name),
+        )
     return data
 
 

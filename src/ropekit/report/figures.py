@@ -19,6 +19,7 @@ from ropekit.analysis.weights import WeightAnalysis
 from ropekit.report.plotting import figure, label_axes
 
 __all__ = [
+    "axes_figure",
     "decay_figure",
     "precision_figure",
     "rotations_figure",
@@ -172,4 +173,30 @@ def weights_figure(w: WeightAnalysis, name: str) -> Any:
         ax.grid(False)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    return fig
+
+
+def axes_figure(rep: dict[str, Any], name: str) -> Any:
+    """Multi-axis specs: each band's wavelength, coloured by the axis it reads, against each axis's extent."""
+    fig, (ax,) = figure(width=7.5)
+    colours = ["tab:blue", "tab:orange", "tab:green", "tab:purple"]
+    for i, a in enumerate(rep["axes"]):
+        c = colours[i % len(colours)]
+        rows = [b for b in rep["bands"] if b["axis"] == a["axis"] and b["wavelength"] is not None]
+        ax.semilogy(
+            [b["index"] for b in rows],
+            [b["wavelength"] for b in rows],
+            "o",
+            ms=4,
+            color=c,
+            label=f"axis {a['axis']}: {a['n_bands']} bands",
+        )
+        ax.axhline(a["extent"], color=c, ls="--", lw=1, label=f"extent of {a['axis']}: {a['extent']:,.0f}")
+    label_axes(
+        ax,
+        title=f"Bands per axis ({rep['scheme']} {rep['sections']}): {name}",
+        xlabel=_BAND,
+        ylabel="wavelength (positions per turn)",
+        fontsize=7,
+    )
     return fig

@@ -257,7 +257,7 @@ def apply_rope(
     A multi-axis spec (``spec.axes`` set: M-RoPE, 2-D/3-D vision RoPE) takes positions [n_axes, ...] and is
     rotated by :func:`ropekit.apply_rope_axes`; its positions are never read as per-row 1-D positions.
     """
-    if spec.axes is not None:
+    if isinstance(spec, RopeSpec) and spec.axes is not None:
         from ropekit.axis_tables import apply_rope_axes
 
         return apply_rope_axes(q, k, positions, spec, format=format, inplace=inplace, backend=backend)

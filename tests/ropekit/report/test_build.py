@@ -33,3 +33,37 @@ def test_decay_distances_are_sorted_unique_integers_up_to_the_context() -> None:
     m = decay_distances(4096)
     assert m[0] == 0 and m[-1] == 4096 and (m[1:] > m[:-1]).all()
     assert torch.equal(m, m.round()) and m[:64].tolist() == list(range(64))
+
+
+_MULTI_AXIS = [n for n in sorted(PRESETS) if any(s.axes is not None for s in resolve(n).specs.values())]
+
+
+@pytest.mark.parametrize("name", _MULTI_AXIS)
+def test_multi_axis_presets_report_their_bands_per_axis(name: str) -> None:
+    from ropekit.analysis.axes import axis_report, default_extents
+
+    src = resolve(name)
+    (spec,) = [s for s in src.specs.values() if s.axes is not None]
+    data = axis_report(spec, default_extents(spec, src.context))
+    # independent count: band j belongs to the axis named by the slot map, and the per-axis counts add up
+    counts = {n: list(spec.axes.slots).count(i) for i, n in enumerate(spec.axes.names)}
+    assert {a["axis"]: a["n_bands"] for a in data["axes"]} == counts
+    for b in data["bands"]:
+        assert b["axis"] == spec.axes.names[spec.axes.slots[b["index"]]]
+
+
+def test_multi_axis_report_has_a_bands_per_axis_figure() -> None:
+    from ropekit.report.build import build_report
+
+    assert _MULTI_AXIS, "the VL presets should be registered"
+    rep = build_report(resolve(_MULTI_AXIS[0]))
+    (section,) = [s for s in rep.sections if s.key == "axes"]
+    assert section.figures and all(f.png.startswith(b"\x89PNG") for f in section.figures)
+    assert "axes" in next(iter(rep.data["specs"].values()))
+
+
+def test_one_d_presets_have_no_axes_section() -> None:
+    from ropekit.report.build import build_report
+
+    rep = build_report(resolve("llama-2-7b"))
+    assert all(s.key != "axes" for s in rep.sections)

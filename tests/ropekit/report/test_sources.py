@@ -22,8 +22,8 @@ def test_preset_with_layer_types_gives_one_spec_per_type() -> None:
 
 
 def test_single_spec_preset_and_config_file(tmp_path: Path) -> None:
-    src = resolve("gpt-oss-20b")
-    assert list(src.specs) == [""] and src.specs[""].head_dim == 64
+    src = resolve("llama-2-7b")
+    assert list(src.specs) == [""] and src.specs[""].head_dim == 128
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(get_preset("llama-3.1-8b").config))
     from_file = resolve(str(cfg))

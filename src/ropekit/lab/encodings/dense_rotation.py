@@ -20,7 +20,7 @@ Shapes: q [b, s, h, d], U [s, d, d] or [b, s, d, d].
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -44,7 +44,8 @@ def block_rotation(positions: torch.Tensor, head_dim: int, base: float = 10_000.
 
 def _orthogonal(d: int, gen: torch.Generator) -> torch.Tensor:
     q, r = torch.linalg.qr(torch.randn(d, d, dtype=torch.float64, generator=gen))
-    return q * torch.sign(torch.diagonal(r))
+    out: torch.Tensor = q * torch.sign(torch.diagonal(r))
+    return out
 
 
 class DenseRotation(PositionalEncoding):
@@ -63,7 +64,7 @@ class DenseRotation(PositionalEncoding):
         """U_p in float64, [*P, d, d]."""
         r = block_rotation(positions.cpu(), self.head_dim)
         u = torch.eye(self.head_dim, dtype=torch.float64)
-        for q in self.bases.cpu():
+        for q in cast(torch.Tensor, self.bases).cpu():
             u = u @ (q @ r @ q.T)
         return u
 

@@ -4,8 +4,9 @@ ICLR 2024, arXiv 2310.04418): a learned function of the *progressively interpola
 
     b(i, j) = f_theta( psi(i - j) / psi(max(L, i)) ),   psi(x) = log(c * x + 1),
 
-for a query at i and a key at j <= i. f_theta is an MLP from 1 input to one output per head (one hidden layer of
-32 ReLU units, as in the paper); c > 0 and the threshold L are learned. The normalisation by psi(max(L, i)) maps
+for a query at i and a key at j <= i. f_theta is an MLP from 1 input to one output per head (here one hidden layer
+of 32 ReLU units; the width and the inits below are this lab's choice, not checked against the paper); c > 0 and the
+threshold L are learned. The normalisation by psi(max(L, i)) maps
 every distance into [0, 1] whatever the query position, which is what lets FIRE run past its training length.
 Here c starts at 1 and L at the training length; c and L are kept >= 1e-2 and >= 1 by clamping. One FIRE is shared
 by all layers (the lab's encodings are per model).
@@ -33,7 +34,7 @@ class FIRE(PositionalEncoding):
         self.mlp = nn.Sequential(nn.Linear(1, hidden), nn.ReLU(), nn.Linear(hidden, n_heads))
         for m in self.mlp:
             if isinstance(m, nn.Linear):
-                m._lab_skip = True  # keep PyTorch's default init (the model's std 0.02 would flatten the MLP)
+                setattr(m, "_lab_skip", True)  # noqa: B010 - keep PyTorch's default init (the model's std 0.02 would flatten the MLP)
         self.c = nn.Parameter(torch.tensor(1.0))
         self.threshold = nn.Parameter(torch.tensor(float(max_positions)))
 
@@ -49,4 +50,5 @@ class FIRE(PositionalEncoding):
 
     def bias(self, q_positions: torch.Tensor, k_positions: torch.Tensor) -> torch.Tensor:
         x = self.normalized_distance(q_positions, k_positions)
-        return self.mlp(x.unsqueeze(-1)).permute(0, 3, 1, 2)
+        out: torch.Tensor = self.mlp(x.unsqueeze(-1)).permute(0, 3, 1, 2)
+        return out

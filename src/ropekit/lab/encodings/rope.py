@@ -36,7 +36,7 @@ class RoPE(PositionalEncoding):
             raise ValueError(f"spec.head_dim={spec.head_dim} must equal the model's head_dim={self.head_dim}")
         self.spec = spec
 
-    def prepare(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def prepare(self, positions: torch.Tensor) -> tuple[torch.Tensor, ...]:
         pos = positions.reshape(-1) if positions.dim() == 2 and positions.shape[0] == 1 else positions
         return rope_tables(pos, self.spec)  # float32, exact phases
 

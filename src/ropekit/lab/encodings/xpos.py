@@ -12,7 +12,7 @@ Shapes: q [b, s, h, d], k [b, s, g, d], positions [b, s] or [1, s], scale tables
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -43,7 +43,7 @@ class XPos(RoPE):
         self.gamma, self.scale_base = gamma, scale_base
         self.register_buffer("log_zeta", xpos_zeta(head_dim, gamma).log(), persistent=False)
         # exp(+-80) stays well inside float32 (3.4e38) with room for the q and k values themselves
-        self.max_position = int(80 * scale_base / float(-self.log_zeta.min()))
+        self.max_position = int(80 * scale_base / -float(xpos_zeta(head_dim, gamma).log().min()))
 
     def prepare(self, positions: torch.Tensor) -> tuple[torch.Tensor, ...]:
         cos, sin = super().prepare(positions)
@@ -54,7 +54,8 @@ class XPos(RoPE):
                 f"xPos position {far} exceeds max_position={self.max_position}: zeta^(-m/{self.scale_base:g}) "
                 "would overflow float32"
             )
-        e = pos.to(torch.float64).unsqueeze(-1) / self.scale_base * self.log_zeta.to(pos.device)  # [*, d/2]
+        log_zeta = cast(torch.Tensor, self.log_zeta)
+        e = pos.to(torch.float64).unsqueeze(-1) / self.scale_base * log_zeta.to(pos.device)  # [*, d/2]
         up, down = e.exp().float(), (-e).exp().float()
         return cos, sin, up, down
 

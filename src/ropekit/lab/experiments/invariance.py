@@ -38,7 +38,9 @@ def _encoding(name: str, head_dim: int) -> PositionalEncoding:
     return build_encoding(name, 4 * head_dim, 4, head_dim)
 
 
-def _logits(enc: PositionalEncoding, q: torch.Tensor, k: torch.Tensor, pq: torch.Tensor, pk: torch.Tensor):
+def _logits(
+    enc: PositionalEncoding, q: torch.Tensor, k: torch.Tensor, pq: torch.Tensor, pk: torch.Tensor
+) -> torch.Tensor:
     """q, k [n, d] at positions pq, pk [P] -> logits [P, n] (float64 sum of the float32 rotated products)."""
     n, d = q.shape
     qs, ks = q.expand(1, pq.numel(), n, d), k.expand(1, pq.numel(), n, d)
@@ -119,7 +121,7 @@ def run(
     return result
 
 
-def _vals(rows: list[dict], name: str, key: str) -> list[float]:
+def _vals(rows: list[dict[str, Any]], name: str, key: str) -> list[float]:
     return [r[key] for r in rows if r["encoding"] == name]
 
 
