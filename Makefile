@@ -41,6 +41,7 @@ report: $(VENV)/.plot
 
 test: $(VENV)/.dev $(VENV)/.chromium
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
 test-all: $(VENV)/.dev
@@ -56,4 +57,4 @@ test-hf-suite: $(VENV)/.dev
 	$(BIN)/python tools/hf_suite/run.py
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis .mypy_cache

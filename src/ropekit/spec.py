@@ -99,7 +99,7 @@ class RopeSpec:
             raise ValueError(f"RopeSpec.layout must be one of {LAYOUTS}, got {self.layout!r}")
         if self.freqs is not None:
             try:
-                table = tuple(float(f) for f in self.freqs)  # type: ignore[union-attr]
+                table = tuple(float(f) for f in self.freqs)
             except (TypeError, ValueError):
                 raise ValueError(
                     f"RopeSpec.freqs must be a sequence of numbers, got {self.freqs!r}"

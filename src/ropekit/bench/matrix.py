@@ -170,7 +170,14 @@ def _impls(case: Case, device: str, quick: bool) -> dict[str, Callable[[], Any]]
     return impls
 
 
-def _gpu_peers(impls: dict[str, Callable[[], Any]], q, k, cos, sin, case: Case) -> None:
+def _gpu_peers(
+    impls: dict[str, Callable[[], Any]],
+    q: torch.Tensor,
+    k: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    case: Case,
+) -> None:
     try:
         from flash_attn.layers.rotary import apply_rotary_emb
 

@@ -194,7 +194,9 @@ def _int(rp: dict[str, Any], key: str) -> int:
 
 
 def _scaling(r: _Reader, t: str, rp: dict[str, Any], cfg: dict[str, Any], model_type: str) -> Scaling | None:
-    mk = (lambda cls, **kw: cls(**kw)) if r.strict else (lambda cls, **kw: unchecked(cls, **kw))
+    def mk(cls: type[Scaling], **kw: Any) -> Scaling:
+        return cls(**kw) if r.strict else unchecked(cls, **kw)
+
     max_pos = cfg.get("max_position_embeddings")
     if t in ("default", "proportional"):
         if t == "proportional" and rp.get("factor", 1.0) != 1.0:
@@ -358,7 +360,7 @@ def spec_to_hf(spec: RopeSpec) -> dict[str, Any]:
             )
         rp.update(rope_type="proportional", partial_rotary_factor=spec.p)
         if sc is not None:
-            rp["factor"] = sc.factor  # type: ignore[union-attr]
+            rp["factor"] = sc.factor
     else:
         rp.update(sc.to_hf() if sc is not None else {"rope_type": "default"})
         if spec.rotary_dim != spec.head_dim:

@@ -155,7 +155,7 @@ def recall_batch(batch: int, pairs: int, gen: torch.Generator) -> tuple[torch.Te
         for kk, vv in zip(keys.tolist(), vals.tolist()):
             seq += [int(letters[kk // 26]), int(letters[kk % 26]), ord("="), vv]
         j = int(torch.randint(0, pairs, (1,), generator=gen))
-        kj = keys[j].item()
+        kj = int(keys[j])
         seq += [ord("?"), int(letters[kj // 26]), int(letters[kj % 26]), ord("=")]
         rows.append(seq)
         answers.append(int(vals[j]))

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -67,7 +68,12 @@ class TrainResult:
 
 
 def save_checkpoint(
-    path: Path, model: TinyLM, opt: torch.optim.Optimizer, step: int, gen: torch.Generator, meta: dict
+    path: Path,
+    model: TinyLM,
+    opt: torch.optim.Optimizer,
+    step: int,
+    gen: torch.Generator,
+    meta: dict[str, Any],
 ) -> None:
     from safetensors.torch import save_file
 
@@ -87,7 +93,7 @@ def save_checkpoint(
 
 def load_checkpoint(
     path: Path, model: TinyLM, opt: torch.optim.Optimizer | None, gen: torch.Generator | None
-) -> tuple[int, dict]:
+) -> tuple[int, dict[str, Any]]:
     from safetensors import safe_open
 
     with safe_open(str(path), framework="pt") as f:
@@ -122,7 +128,7 @@ def train(
     desc: str = "train",
     ckpt: Path | None = None,
     ckpt_every: int = 200,
-    meta: dict | None = None,
+    meta: dict[str, Any] | None = None,
     precision: str = "fp32",
     compile: bool = False,
 ) -> TrainResult:
@@ -165,7 +171,7 @@ def train(
             logits, _ = fwd(x)
         loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]  # torch declares Tensor.backward without annotations
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         tokens += x.numel() * size

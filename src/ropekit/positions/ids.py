@@ -72,7 +72,7 @@ def positions_from_mask(attention_mask: torch.Tensor, *, pad_position: int = 0) 
             raise ValueError(f"attention_mask must be bool or integer 0/1, got {m.dtype}")
         if m.numel() and not bool(((m == 0) | (m == 1)).all()):
             raise ValueError(
-                f"attention_mask must contain only 0 and 1, found {sorted(set(m.unique().tolist()))}"
+                f"attention_mask must contain only 0 and 1, found {sorted(set(m.flatten().tolist()))}"
             )
     real = m.to(torch.bool)
     pos = real.to(torch.int64).cumsum(-1) - 1

@@ -18,7 +18,7 @@ untouched.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
@@ -56,7 +56,8 @@ def _check_qk(name: str, x: object, spec: RopeSpec, fmt: str) -> torch.Tensor:
     return x
 
 
-def _batch_seq(x: torch.Tensor, fmt: str) -> tuple[int, int]:
+def _batch_seq(x: torch.Tensor, fmt: str) -> tuple[int | torch.SymInt, int | torch.SymInt]:
+    # SymInt under torch.compile with dynamic shapes: never forced to int here (that would specialise the graph)
     if fmt == "bshd":
         return x.shape[0], x.shape[1]
     if fmt == "bhsd":
@@ -64,7 +65,7 @@ def _batch_seq(x: torch.Tensor, fmt: str) -> tuple[int, int]:
     return 1, x.shape[0]
 
 
-def _byte_range(x: torch.Tensor) -> tuple[int, int]:
+def _byte_range(x: torch.Tensor) -> tuple[int | torch.SymInt, int | torch.SymInt]:
     hi = x.storage_offset() + sum((sz - 1) * st for sz, st in zip(x.shape, x.stride()) if sz > 1)
     return x.storage_offset() * x.element_size(), (hi + 1) * x.element_size()
 
@@ -121,7 +122,15 @@ def _check_positions_shape(positions: torch.Tensor, q: torch.Tensor, fmt: str) -
         )
 
 
-def _validate(q, k, positions, spec, fmt, inplace, backend) -> None:
+def _validate(
+    q: torch.Tensor,
+    k: torch.Tensor | None,
+    positions: torch.Tensor | None,
+    spec: RopeSpec,
+    fmt: str,
+    inplace: bool,
+    backend: str,
+) -> None:
     if backend != "auto" and backend not in BACKENDS:
         raise ValueError(f"backend must be 'auto' or one of {sorted(BACKENDS)}, got {backend!r}")
     if isinstance(q, torch.Tensor):
@@ -162,8 +171,18 @@ def _broadcast_table(t: torch.Tensor, fmt: str) -> torch.Tensor:
     return t.unsqueeze(2) if fmt == "bshd" else t.unsqueeze(1)  # [b, s, 1, n] or [b, 1, s, n]
 
 
-def _rotate_pair(q, k, cos, sin, spec, fmt, inplace, backend, fast_key=None):
-    r, layout = int(spec.rotary_dim), spec.layout
+def _rotate_pair(
+    q: torch.Tensor,
+    k: torch.Tensor | None,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    spec: RopeSpec,
+    fmt: str,
+    inplace: bool,
+    backend: str,
+    fast_key: tuple[Any, ...] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    r, layout = 2 * spec.n_bands, spec.layout  # n_bands = rotary_dim // 2 (resolved, never None)
     compiling = torch.compiler.is_compiling()
     if (
         not compiling
@@ -180,11 +199,8 @@ def _rotate_pair(q, k, cos, sin, spec, fmt, inplace, backend, fast_key=None):
         fused = _fused_triton(q, k, cos, sin, spec, fmt, inplace, backend)
         if fused is not None:
             return fused
-    outs = []
-    for x in (q, k):
-        if x is None:
-            outs.append(None)
-            continue
+
+    def rotate_one(x: torch.Tensor) -> torch.Tensor:
         tdt = torch.float64 if x.dtype == torch.float64 else torch.float32
         c, s = _broadcast_table(cos.to(tdt), fmt), _broadcast_table(sin.to(tdt), fmt)
         if compiling:  # registered custom ops: no graph break under torch.compile
@@ -193,15 +209,16 @@ def _rotate_pair(q, k, cos, sin, spec, fmt, inplace, backend, fast_key=None):
             il = layout == "interleaved"
             if inplace and not x.requires_grad:
                 ops.rotate_inplace_op(x, c, s, r, il, 1)
-                outs.append(x)
-            elif inplace:
-                outs.append(x.copy_(ops.rotate_op(x, c, s, r, il, 1)))
-            else:
-                outs.append(ops.rotate_op(x, c, s, r, il, 1))
-            continue
+                return x
+            if inplace:
+                return x.copy_(ops.rotate_op(x, c, s, r, il, 1))
+            out: torch.Tensor = ops.rotate_op(x, c, s, r, il, 1)  # a CustomOpDef: its call is typed Any
+            return out
         fn = _pick_backend(backend, x)
-        outs.append(fn(x, c, s, rotary_dim=r, layout=layout, inplace=inplace))
-    return outs[0], outs[1]
+        return fn(x, c, s, rotary_dim=r, layout=layout, inplace=inplace)
+
+    q_out = rotate_one(q)  # q first, then k: the order the backends always ran in
+    return q_out, None if k is None else rotate_one(k)
 
 
 def apply_rope(

@@ -10,6 +10,7 @@ calls the same rotate with the opposite sign, so double backward works too.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, cast
 
 import torch
 
@@ -21,7 +22,16 @@ RawKernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int, str, bool, 
 def make_rotate(raw: RawKernel, name: str) -> Callable[..., torch.Tensor]:
     class _Rotate(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, x, cos, sin, r, layout, inplace, sign):  # type: ignore[override]
+        def forward(
+            ctx: Any,
+            x: torch.Tensor,
+            cos: torch.Tensor,
+            sin: torch.Tensor,
+            r: int,
+            layout: str,
+            inplace: bool,
+            sign: int,
+        ) -> torch.Tensor:
             out = raw(x, cos, sin, r, layout, inplace, sign)
             if inplace:
                 ctx.mark_dirty(x)
@@ -30,11 +40,14 @@ def make_rotate(raw: RawKernel, name: str) -> Callable[..., torch.Tensor]:
             return out
 
         @staticmethod
-        def backward(ctx, grad):  # type: ignore[override]
+        def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None, None, None, None, None]:
             cos, sin = ctx.saved_tensors
             # d/dx [R(phi) x] applied to grad is R(phi)^T grad = R(-phi) grad.
-            g = _Rotate.apply(grad.contiguous(), cos, sin, ctx.r, ctx.layout, False, -ctx.sign)
+            g = apply(grad.contiguous(), cos, sin, ctx.r, ctx.layout, False, -ctx.sign)
             return g, None, None, None, None, None, None
+
+    # torch.autograd.Function.apply is an untyped classmethod in torch's stubs; this is its real signature here.
+    apply = cast(Callable[..., torch.Tensor], _Rotate.apply)
 
     def rotate(
         x: torch.Tensor,
@@ -48,7 +61,7 @@ def make_rotate(raw: RawKernel, name: str) -> Callable[..., torch.Tensor]:
     ) -> torch.Tensor:
         """Rotate the first ``rotary_dim`` channels of x (cos/sin broadcast against x[..., :rotary_dim // 2])."""
         if torch.is_grad_enabled() and x.requires_grad:
-            return _Rotate.apply(x, cos, sin, rotary_dim, layout, inplace, sign)
+            return apply(x, cos, sin, rotary_dim, layout, inplace, sign)
         return raw(x, cos, sin, rotary_dim, layout, inplace, sign)
 
     rotate.__name__ = rotate.__qualname__ = f"rotate_{name}"

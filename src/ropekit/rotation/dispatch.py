@@ -10,10 +10,14 @@ backend that cannot run on the tensor's device is refused before anything is wri
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 
 from ropekit.rotation import cpu_backend, torch_backend
+
+if TYPE_CHECKING:
+    from ropekit.spec import RopeSpec
 
 __all__ = ["BACKENDS"]
 
@@ -67,7 +71,16 @@ def _to_bshd(x: torch.Tensor, fmt: str) -> torch.Tensor:
     return x.transpose(1, 2) if fmt == "bhsd" else x
 
 
-def _fused_triton(q, k, cos, sin, spec, fmt, inplace, backend):
+def _fused_triton(
+    q: torch.Tensor,
+    k: torch.Tensor | None,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    spec: RopeSpec,
+    fmt: str,
+    inplace: bool,
+    backend: str,
+) -> tuple[torch.Tensor, torch.Tensor | None] | None:
     """q and k in one Triton launch (CUDA, no autograd); None when it does not apply."""
     if k is None or backend not in ("auto", "triton") or q.dtype != k.dtype or q.dtype == torch.float64:
         return None
@@ -82,8 +95,8 @@ def _fused_triton(q, k, cos, sin, spec, fmt, inplace, backend):
     # rotate_qk wants tables [b | 1, s, n] ([t, n] as they come for "thd")
     c, s = (t.unsqueeze(0) if t.dim() == 2 and fmt != "thd" else t for t in (cos, sin))
     qo, ko = triton_backend.rotate_qk(
-        _to_bshd(q, fmt), _to_bshd(k, fmt), c, s, int(spec.rotary_dim), spec.layout, inplace
+        _to_bshd(q, fmt), _to_bshd(k, fmt), c, s, 2 * spec.n_bands, spec.layout, inplace
     )
     if inplace:
         return q, k
-    return _to_bshd(qo, fmt), _to_bshd(ko, fmt)
+    return _to_bshd(qo, fmt), None if ko is None else _to_bshd(ko, fmt)

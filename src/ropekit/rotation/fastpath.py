@@ -30,7 +30,7 @@ _PLANS: dict[tuple[Any, ...], tuple[object, cpu_backend.Plan]] = {}
 _MAX = 256
 
 
-def _k_geometry(q, k) -> tuple[Any, ...] | None:
+def _k_geometry(q: torch.Tensor, k: torch.Tensor | None) -> tuple[Any, ...] | None:
     if k is None:
         return None
     same = q.untyped_storage().data_ptr() == k.untyped_storage().data_ptr()
@@ -43,7 +43,16 @@ def _k_geometry(q, k) -> tuple[Any, ...] | None:
     )
 
 
-def key(q, k, cos, sin, spec, fmt, inplace, backend) -> tuple[Any, ...] | None:
+def key(
+    q: torch.Tensor,
+    k: torch.Tensor | None,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    spec: object,
+    fmt: str,
+    inplace: bool,
+    backend: str,
+) -> tuple[Any, ...] | None:
     """The geometry key, or None when the fast path cannot apply (autograd, compile, non-tensors)."""
     try:
         if torch.is_grad_enabled() and (q.requires_grad or (k is not None and k.requires_grad)):
@@ -76,7 +85,17 @@ def lookup(k: tuple[Any, ...] | None, spec: object) -> cpu_backend.Plan | None:
     return hit[1] if hit is not None and hit[0] is spec else None
 
 
-def build(k: tuple[Any, ...] | None, spec, q, kt, cos_b, sin_b, r, layout, inplace):
+def build(
+    k: tuple[Any, ...] | None,
+    spec: object,
+    q: torch.Tensor,
+    kt: torch.Tensor | None,
+    cos_b: torch.Tensor,
+    sin_b: torch.Tensor,
+    r: int,
+    layout: str,
+    inplace: bool,
+) -> cpu_backend.Plan | None:
     """A plan for validated arguments (cos_b/sin_b: the broadcast tables), or None if the kernel does not apply."""
     if k is None or (kt is not None and kt.dtype != q.dtype):
         return None
@@ -95,7 +114,15 @@ def build(k: tuple[Any, ...] | None, spec, q, kt, cos_b, sin_b, r, layout, inpla
 _APPLY: dict[tuple[Any, ...], tuple[object, cpu_backend.Plan]] = {}
 
 
-def apply_key(q, k, positions, spec, fmt, inplace, backend) -> tuple[Any, ...] | None:
+def apply_key(
+    q: torch.Tensor,
+    k: torch.Tensor | None,
+    positions: torch.Tensor,
+    spec: object,
+    fmt: str,
+    inplace: bool,
+    backend: str,
+) -> tuple[Any, ...] | None:
     """Key of an apply_rope call with integer positions, or None when it cannot take the fast path."""
     try:
         if positions.dtype not in INT_DTYPES or (

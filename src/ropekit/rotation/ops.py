@@ -9,12 +9,16 @@ through them while compiling; in eager mode it calls the backends directly (no d
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
+
+from ropekit.rotation.autograd import RawKernel
 
 __all__ = ["backend_raw", "rotate_inplace_op", "rotate_op"]
 
 
-def backend_raw(x: torch.Tensor):
+def backend_raw(x: torch.Tensor) -> RawKernel:
     """The raw kernel of the best backend for x."""
     from ropekit.rotation import cpu_backend, torch_backend
 
@@ -37,17 +41,19 @@ def rotate_op(
 
 
 @rotate_op.register_fake
-def _rotate_fake(x, cos, sin, rotary_dim, interleaved, sign):
+def _rotate_fake(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary_dim: int, interleaved: bool, sign: int
+) -> torch.Tensor:
     return torch.empty_like(x)
 
 
-def _setup_context(ctx, inputs, output) -> None:
+def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
     _, cos, sin, rotary_dim, interleaved, sign = inputs
     ctx.save_for_backward(cos, sin)
     ctx.rotary_dim, ctx.interleaved, ctx.sign = rotary_dim, interleaved, sign
 
 
-def _backward(ctx, grad):
+def _backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None, None, None, None]:
     cos, sin = ctx.saved_tensors
     return (
         rotate_op(grad.contiguous(), cos, sin, ctx.rotary_dim, ctx.interleaved, -ctx.sign),
@@ -71,5 +77,7 @@ def rotate_inplace_op(
 
 
 @rotate_inplace_op.register_fake
-def _rotate_inplace_fake(x, cos, sin, rotary_dim, interleaved, sign) -> None:
+def _rotate_inplace_fake(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary_dim: int, interleaved: bool, sign: int
+) -> None:
     return None

@@ -31,9 +31,9 @@ def _rotate_into(
         a, b = x[..., :n].to(cdt), x[..., n:r].to(cdt)
         dst_a, dst_b = dst[..., :n], dst[..., n:r]
     else:
-        xp = x[..., :r].unflatten(-1, (n, 2))  # [..., n, 2]: (x_2i, x_2i+1)
+        xp = torch.unflatten(x[..., :r], -1, (n, 2))  # [..., n, 2]: (x_2i, x_2i+1)
         a, b = xp[..., 0].to(cdt), xp[..., 1].to(cdt)
-        dp = dst[..., :r].unflatten(-1, (n, 2))
+        dp = torch.unflatten(dst[..., :r], -1, (n, 2))
         dst_a, dst_b = dp[..., 0], dp[..., 1]
     c, s = cos.to(cdt), sin.to(cdt)
     out_a = a * c - b * s  # both outputs are formed before either is written (in-place safety)

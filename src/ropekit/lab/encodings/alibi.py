@@ -28,6 +28,7 @@ def alibi_slopes(n_heads: int) -> list[float]:
 class ALiBi(PositionalEncoding):
     name = "alibi"
     paper = "Press et al. 2022"
+    slopes: torch.Tensor  # registered buffer [h]
 
     def __init__(self, d_model: int, n_heads: int, head_dim: int) -> None:
         super().__init__(d_model, n_heads, head_dim)

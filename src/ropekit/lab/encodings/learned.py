@@ -33,4 +33,5 @@ class Learned(PositionalEncoding):
             raise ValueError(
                 f"position {int(positions.max())} is past the learned table of {self.max_positions} rows"
             )
-        return x + self.table(positions.clamp(0, self.max_positions - 1))
+        rows: torch.Tensor = self.table(positions.clamp(0, self.max_positions - 1))
+        return x + rows

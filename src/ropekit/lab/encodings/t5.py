@@ -38,4 +38,5 @@ class T5Bias(PositionalEncoding):
 
     def bias(self, q_positions: torch.Tensor, k_positions: torch.Tensor) -> torch.Tensor:
         dist = q_positions.unsqueeze(-1) - k_positions.unsqueeze(-2)  # [b, s, t]
-        return self.table(t5_bucket(dist, self.num_buckets, self.max_distance)).permute(0, 3, 1, 2)
+        out: torch.Tensor = self.table(t5_bucket(dist, self.num_buckets, self.max_distance))  # [b, s, t, h]
+        return out.permute(0, 3, 1, 2)

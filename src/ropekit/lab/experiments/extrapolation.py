@@ -40,7 +40,8 @@ def run(
 ) -> dict[str, Any]:
     b, data = prepare(quick, steps, tiny, corpus, precision)
     mults = (1, 2, 4, 8)
-    results, per_pos, throughput = [], {}, {}
+    results, per_pos = [], {}
+    throughput: dict[str, int | str] = {}
     for enc in encodings:
         for seed in range(seeds):
             model, tr = trained_model(enc, data, train_len=train_len, b=b, seed=seed, out=out)
@@ -86,8 +87,9 @@ def run(
     return result
 
 
-def _mean(results: list[dict], enc: str, L: int, key: str) -> float:
-    return statistics.mean(r[key] for r in results if r["encoding"] == enc and r["eval_len"] == L)
+def _mean(results: list[dict[str, Any]], enc: str, L: int, key: str) -> float:
+    vals: list[float] = [r[key] for r in results if r["encoding"] == enc and r["eval_len"] == L]
+    return statistics.mean(vals)
 
 
 def _markdown(res: dict[str, Any], encodings: tuple[str, ...], mults: tuple[int, ...]) -> str:
@@ -118,13 +120,13 @@ def _markdown(res: dict[str, Any], encodings: tuple[str, ...], mults: tuple[int,
     return md
 
 
-def ratios(rs: list[dict], enc: str, L: int, m: int, key: str = "ppl") -> list[float]:
+def ratios(rs: list[dict[str, Any]], enc: str, L: int, m: int, key: str = "ppl") -> list[float]:
     """Degradation per seed: ppl at m x the training length divided by ppl at 1x (same seed)."""
     by_seed = {r["seed"]: r for r in rs if r["encoding"] == enc and r["eval_len"] == L}
     return [r[key] / by_seed[r["seed"]][key] for r in rs if r["encoding"] == enc and r["eval_len"] == m * L]
 
 
-def _claims(rs: list[dict], L: int, encodings: tuple[str, ...]) -> list[str]:
+def _claims(rs: list[dict[str, Any]], L: int, encodings: tuple[str, ...]) -> list[str]:
     """The seeds' claims, each judged on ppl(n x)/ppl(1x) per seed (:mod:`ropekit.lab.verdicts`)."""
     have = set(encodings)
 

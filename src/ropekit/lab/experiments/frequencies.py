@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
 from ropekit.lab.data import train_batch
+from ropekit.lab.encodings.rope import RoPE
 from ropekit.lab.evaluate import perplexity
 from ropekit.lab.experiments.common import environment, md_table, prepare, trained_model, write_outputs
-from ropekit.lab.model import LMConfig
+from ropekit.lab.model import Block, LMConfig, TinyLM
 from ropekit.rotation.apply import apply_rope
 from ropekit.spec import RopeSpec
 
@@ -30,12 +31,17 @@ __all__ = ["band_norms", "positional_heads", "run"]
 P_VALUES = (0.25, 0.5, 0.75, 1.0)
 
 
+def _blocks(model: TinyLM) -> list[Block]:
+    """The model's transformer blocks (an nn.ModuleList, whose items are typed as plain Modules)."""
+    return [cast(Block, blk) for blk in model.blocks]
+
+
 @torch.no_grad()
-def band_norms(model, tokens: torch.Tensor) -> dict[str, list[list[float]]]:
+def band_norms(model: TinyLM, tokens: torch.Tensor) -> dict[str, list[list[float]]]:
     """Mean norm of each (i, i + n) pair of q and k per layer (before rotation): {"q": [layer][band], "k": ...}."""
-    rec: dict[str, list] = {"q": [], "k": []}
+    rec: dict[str, list[torch.Tensor]] = {"q": [], "k": []}
     hooks = []
-    for blk in model.blocks:
+    for blk in _blocks(model):
         for name, lin in (("q", blk.attn.wq), ("k", blk.attn.wk)):
             hooks.append(lin.register_forward_hook(lambda m, i, o, name=name: rec[name].append(o)))
     model(tokens)
@@ -55,27 +61,31 @@ def band_norms(model, tokens: torch.Tensor) -> dict[str, list[list[float]]]:
 
 
 @torch.no_grad()
-def positional_heads(model, tokens: torch.Tensor, threshold: float = 0.5) -> list[dict[str, Any]]:
+def positional_heads(model: TinyLM, tokens: torch.Tensor, threshold: float = 0.5) -> list[dict[str, Any]]:
     """Previous-token and diagonal heads, with the three bands contributing most to their logits."""
     q_rec: list[torch.Tensor] = []
     k_rec: list[torch.Tensor] = []
     hooks = []
-    for blk in model.blocks:
+    for blk in _blocks(model):
         hooks.append(blk.attn.wq.register_forward_hook(lambda m, i, o: q_rec.append(o)))
         hooks.append(blk.attn.wk.register_forward_hook(lambda m, i, o: k_rec.append(o)))
     model(tokens, record=True)
-    for h in hooks:
-        h.remove()
+    for hook in hooks:
+        hook.remove()
+    if not isinstance(model.pe, RoPE):
+        raise TypeError(f"positional_heads needs a RoPE model, got encoding {type(model.pe).__name__}")
     cfg, spec = model.cfg, model.pe.spec
     hd, n, rep = cfg.head_dim, cfg.head_dim // 2, cfg.n_heads // cfg.n_kv_heads
     b, s = tokens.shape
     pos = torch.arange(s).expand(b, s)
     found = []
-    for li, blk in enumerate(model.blocks):
+    for li, blk in enumerate(_blocks(model)):
         att = blk.attn.last_attention  # (b, h, s, s)
+        assert att is not None  # record=True fills it
         q = q_rec[li].view(b, s, cfg.n_heads, hd)
         k = k_rec[li].view(b, s, cfg.n_kv_heads, hd).repeat_interleave(rep, 2)
         qr, kr = apply_rope(q, k, pos, spec)
+        assert kr is not None  # apply_rope rotates k when it is given
         for h in range(cfg.n_heads):
             prev = att[:, h].diagonal(offset=-1, dim1=-2, dim2=-1).mean().item()
             diag = att[:, h].diagonal(dim1=-2, dim2=-1).mean().item()

@@ -17,6 +17,7 @@ import torch
 
 from ropekit.lab.data import passkey_batch
 from ropekit.lab.experiments.common import environment, md_table, prepare, trained_model, write_outputs
+from ropekit.lab.model import TinyLM
 from ropekit.lab.verdicts import above, below
 
 __all__ = ["accuracy", "run"]
@@ -25,7 +26,7 @@ ENCODINGS = ("nope", "sinusoidal", "learned", "alibi", "t5", "rope")
 
 
 @torch.no_grad()
-def accuracy(model, length: int, trials: int, seed: int) -> float:
+def accuracy(model: TinyLM, length: int, trials: int, seed: int) -> float:
     g = torch.Generator().manual_seed(seed)
     hits = 0
     depths = [0.1 + 0.8 * i / max(1, trials - 1) for i in range(trials)]
@@ -53,7 +54,8 @@ def run(
     )  # the corpus is unused by the task (kept for symmetry)
     trials = 3 if tiny else (10 if quick else 20)
     mults = (1, 2, 4) if tiny else (1, 2, 4, 8)
-    rows, tput = [], {}
+    rows: list[dict[str, Any]] = []
+    tput: dict[str, Any] = {}
     for enc in encodings:
         for seed in range(seeds):
             model, tr = trained_model(
@@ -87,7 +89,7 @@ def run(
     }
 
     def mean(enc: str, L: int) -> float:
-        v = [r["accuracy"] for r in rows if r["encoding"] == enc and r["length"] == L]
+        v: list[float] = [r["accuracy"] for r in rows if r["encoding"] == enc and r["length"] == L]
         return sum(v) / len(v)
 
     md = f"# Passkey retrieval: trained at {train_len}, tested at up to {mults[-1]}x\n\n"
@@ -119,7 +121,7 @@ def _batch(batch: int, length: int, g: torch.Generator) -> tuple[torch.Tensor, t
     return tokens[:, :-1], tokens[:, 1:]
 
 
-def _claims(rows: list[dict], encodings: tuple[str, ...], L: int, top: int) -> list[str]:
+def _claims(rows: list[dict[str, Any]], encodings: tuple[str, ...], L: int, top: int) -> list[str]:
     """Claims judged per seed on the retrieval accuracy (:mod:`ropekit.lab.verdicts`)."""
 
     def acc(enc: str, length: int) -> list[float]:

@@ -10,16 +10,28 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from ropekit.analysis.compare import build_scheme
 from ropekit.lab.data import train_batch
+from ropekit.lab.encodings.rope import RoPE
 from ropekit.lab.evaluate import perplexity
 from ropekit.lab.experiments.common import environment, md_table, prepare, trained_model, write_outputs
+from ropekit.lab.model import TinyLM
 from ropekit.lab.train import train
 from ropekit.lab.verdicts import above, below, greater
 
 __all__ = ["SCHEMES", "run"]
 
 SCHEMES = ("none", "linear", "ntk", "dynamic", "yarn", "llama3")
+
+
+def _rope(model: TinyLM) -> RoPE:
+    """The model's RoPE encoding (``trained_model("rope", ...)`` builds one), whose spec the schemes replace."""
+    pe = model.pe
+    if not isinstance(pe, RoPE):
+        raise TypeError(f"the scaling experiment needs a RoPE model, got encoding {type(pe).__name__}")
+    return pe
 
 
 def run(
@@ -43,7 +55,7 @@ def run(
         tput["pretrain"] = (
             round(tr.tokens_per_second) if tr.resumed_from < tr.steps else "loaded from checkpoint"
         )
-        spec0 = base.pe.spec
+        spec0 = _rope(base).spec
         for m in mults:
             L = m * train_len
             for name in SCHEMES:
@@ -52,7 +64,7 @@ def run(
                     if name == "none" or m == 1
                     else dataclasses.replace(spec0, scaling=build_scheme(name, float(m), train_len))
                 )
-                base.pe.set_spec(spec)
+                _rope(base).set_spec(spec)
                 zero_shot.append(
                     {
                         "scheme": name,
@@ -62,16 +74,22 @@ def run(
                         "ppl": perplexity(base, data.valid, L, max_tokens=b.eval_tokens),
                     }
                 )
-        base.pe.set_spec(spec0)
+        _rope(base).set_spec(spec0)
         ft_len, s = 4 * train_len, 4.0
         for name in SCHEMES:  # fine-tune a copy at 4x with the scheme in place, same data and seed for all
             model = copy.deepcopy(base)
             if name != "none":
-                model.pe.set_spec(dataclasses.replace(spec0, scaling=build_scheme(name, s, train_len)))
+                _rope(model).set_spec(dataclasses.replace(spec0, scaling=build_scheme(name, s, train_len)))
             fb = max(1, b.batch * train_len // ft_len)
+
+            def batcher(
+                g: torch.Generator, fb: int = fb, ft_len: int = ft_len
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+                return train_batch(data.train, fb, ft_len, g)
+
             r = train(
                 model,
-                lambda g, fb=fb, ft_len=ft_len: train_batch(data.train, fb, ft_len, g),
+                batcher,
                 steps=b.ft_steps,
                 seed=1000 + seed,
                 lr=3e-4,
@@ -108,8 +126,8 @@ def run(
     return result
 
 
-def _mean(rows: list[dict], scheme: str, L: int) -> float:
-    vals = [r["ppl"] for r in rows if r["scheme"] == scheme and r["eval_len"] == L]
+def _mean(rows: list[dict[str, Any]], scheme: str, L: int) -> float:
+    vals: list[float] = [r["ppl"] for r in rows if r["scheme"] == scheme and r["eval_len"] == L]
     return sum(vals) / len(vals)
 
 
@@ -136,11 +154,13 @@ def _markdown(res: dict[str, Any], mults: tuple[int, ...]) -> str:
     return md + "\n".join(_claims(zs, ft, L)) + "\n"
 
 
-def _ppl(rows: list[dict], scheme: str, L: int) -> dict[int, float]:
+def _ppl(rows: list[dict[str, Any]], scheme: str, L: int) -> dict[int, float]:
     return {r["seed"]: r["ppl"] for r in rows if r["scheme"] == scheme and r["eval_len"] == L}
 
 
-def recovered(zs: list[dict], rows: list[dict], scheme: str, L: int, m: int) -> list[float] | None:
+def recovered(
+    zs: list[dict[str, Any]], rows: list[dict[str, Any]], scheme: str, L: int, m: int
+) -> list[float] | None:
     """Per seed, the fraction of unscaled RoPE's degradation at m x that ``scheme`` (from ``rows``) recovers:
     (ppl_none(mL) - ppl_scheme(mL)) / (ppl_none(mL) - ppl(L)); 1 = back to the in-distribution perplexity,
     0 = no better than unscaled. None when unscaled RoPE did not degrade (nothing to recover)."""
@@ -150,7 +170,7 @@ def recovered(zs: list[dict], rows: list[dict], scheme: str, L: int, m: int) -> 
     return [(none[s] - got[s]) / (none[s] - base[s]) for s in sorted(got)]
 
 
-def _claims(zs: list[dict], ft: list[dict], L: int) -> list[str]:
+def _claims(zs: list[dict[str, Any]], ft: list[dict[str, Any]], L: int) -> list[str]:
     """The claims, each judged per seed on the fraction of the degradation recovered (:mod:`ropekit.lab.verdicts`)."""
     out: list[str] = []
     rec = {(n, m): recovered(zs, zs, n, L, m) for n in SCHEMES for m in (2, 4)}
