@@ -25,37 +25,13 @@ from dataclasses import dataclass
 
 import torch
 
-from ropekit.scaling import NTK, DynamicNTK, Linear, Llama3, Scaling, Yarn
+from ropekit.analysis.compare import SCHEMES, build_scheme, original_length
 from ropekit.spec import RopeSpec
 
 __all__ = ["SCHEME_NAMES", "SchemeTable", "original_length", "scheme", "scheme_table"]
 
-SCHEME_NAMES: tuple[str, ...] = ("linear", "ntk", "dynamic", "yarn", "llama3")
-
-
-def original_length(spec: RopeSpec, context: int) -> int:
-    """The pretraining length L0: the scheme's original length if the spec is scaled, else ``context``."""
-    sc = spec.scaling
-    for attr in ("original_max_position_embeddings", "max_position_embeddings"):
-        value = getattr(sc, attr, None) if sc is not None else None
-        if value is not None:
-            return int(value)
-    return int(context)
-
-
-def scheme(name: str, factor: float, original_len: int) -> Scaling:
-    """A scheme by name with HF's default parameters."""
-    if name == "linear":
-        return Linear(factor)
-    if name == "ntk":
-        return NTK(factor=factor)
-    if name == "dynamic":
-        return DynamicNTK(factor, original_len)
-    if name == "yarn":
-        return Yarn(factor, original_len)
-    if name == "llama3":
-        return Llama3(factor, 1.0, 4.0, original_len)
-    raise ValueError(f"unknown scheme {name!r}; known: {', '.join(SCHEME_NAMES)}")
+SCHEME_NAMES: tuple[str, ...] = SCHEMES  # the schemes `ropekit inspect --compare` knows, in the same order
+scheme = build_scheme  # a scheme by name with HF's default parameters
 
 
 @dataclass(frozen=True)
