@@ -183,9 +183,20 @@ def _plan(model: nn.Module) -> tuple[list[tuple[str, nn.Module, type, dict[str |
             "ropekit.hf.patch refuses this model (nothing was modified):\n  " + "\n  ".join(refused)
         )
     if not todo:
+        from ropekit.hf.patch_vl import VL_ROTARY_CLASSES
+
+        vl = any(
+            type(m).__name__ in VL_ROTARY_CLASSES or type(m).__name__ == "Llama4VisionRotaryEmbedding"
+            for m in model.modules()
+        )
         raise ValueError(
             f"ropekit.hf.patch found no rotary module it recognises in {type(model).__name__}"
             + (f" (unrecognised: {ignored})" if ignored else "")
+            + (
+                "; its multi-axis (M-RoPE / vision) rotaries are patched by ropekit.hf.patch_vl(model)"
+                if vl
+                else ""
+            )
             + " (families whose attention builds its own sinusoids, such as GPT-J and CodeGen, have no rotary "
             "module to replace)"
         )

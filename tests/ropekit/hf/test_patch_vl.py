@@ -167,3 +167,13 @@ def test_llama4_vision_encoder_equal() -> None:
         assert any(type(m).__name__ == "RopekitLlama4VisionRotary" for m in model.modules())
         got = model(x).last_hidden_state
     assert float((got - ref).abs().max() / ref.abs().max()) <= 1e-4
+
+
+def test_one_d_patch_refuses_a_vl_model_and_names_patch_vl() -> None:
+    import ropekit.hf
+
+    m = _model("qwen2_vl")
+    before = {n: type(x) for n, x in m.named_modules()}
+    with pytest.raises(ValueError, match=r"ropekit\.hf\.patch_vl\(model\)"):
+        ropekit.hf.patch(m)
+    assert {n: type(x) for n, x in m.named_modules()} == before  # nothing was modified
