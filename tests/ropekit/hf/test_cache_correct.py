@@ -13,27 +13,24 @@ There the test checks the first layer's cache exactly and that the drift is redu
 from __future__ import annotations
 
 import copy
+import sys
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
 
 transformers = pytest.importorskip("transformers")
 
+sys.path.insert(0, str(Path(__file__).parent))
+from tiny import SMALL as _SMALL
+
+SMALL = {**_SMALL, "pad_token_id": 0}
+
 import ropekit.hf
 
 L0 = 16  # frequencies switch once the sequence passes 16 tokens
 PROMPT, NEW = 12, 10
-SMALL = {
-    "vocab_size": 128,
-    "hidden_size": 64,
-    "intermediate_size": 96,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "initializer_range": 0.5,
-    "pad_token_id": 0,
-}
 CASES = {
     "llama-dynamic": (
         "llama",

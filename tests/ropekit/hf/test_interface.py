@@ -4,27 +4,22 @@ from __future__ import annotations
 
 import copy
 import inspect
+import sys
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
 
 transformers = pytest.importorskip("transformers")
 
+sys.path.insert(0, str(Path(__file__).parent))
+from tiny import SMALL as _SMALL
+
+SMALL = {**_SMALL, "max_position_embeddings": 64, "pad_token_id": 0}
+
 import ropekit.hf
 from ropekit.hf.rotary import ROPEKIT_TABLES, RopekitRotary
-
-SMALL = {
-    "vocab_size": 128,
-    "hidden_size": 64,
-    "intermediate_size": 96,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 64,
-    "initializer_range": 0.5,
-    "pad_token_id": 0,
-}
 
 
 def _model(model_type: str, **kw: object) -> torch.nn.Module:

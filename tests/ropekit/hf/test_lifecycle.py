@@ -4,26 +4,21 @@ from __future__ import annotations
 
 import sys
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
 
 transformers = pytest.importorskip("transformers")
 
+sys.path.insert(0, str(Path(__file__).parent))
+from tiny import SMALL as _SMALL
+
+SMALL = {**_SMALL, "max_position_embeddings": 64}
+
 import ropekit.hf
 from ropekit.hf.patch import _FUNCTIONS
 from ropekit.hf.rotary import RopekitRotary
-
-SMALL = {
-    "vocab_size": 128,
-    "hidden_size": 64,
-    "intermediate_size": 96,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 64,
-    "initializer_range": 0.5,
-}
 
 
 def _llama(**kw: object) -> torch.nn.Module:

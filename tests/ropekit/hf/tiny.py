@@ -19,6 +19,16 @@ from transformers.models.auto.configuration_auto import model_type_to_module_nam
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
 VOCAB = 128
+#: A small Llama-like config shared by the lifecycle, interface and cache tests (init 0.5: attention not uniform).
+SMALL: dict[str, Any] = {
+    "vocab_size": VOCAB,
+    "hidden_size": 64,
+    "intermediate_size": 96,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "initializer_range": 0.5,
+}
 _SIZES: dict[str, Any] = {
     "vocab_size": VOCAB,
     "hidden_size": 64,
