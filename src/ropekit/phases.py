@@ -90,9 +90,11 @@ def _constants_eager(spec: RopeSpec, seq_len: int | None) -> tuple[tuple[float, 
     return band_constants(tuple(_frequencies_cpu(spec, seq_len).tolist()))
 
 
-_constants: Callable[[RopeSpec, int | None], tuple[tuple[float, ...], ...]] = (
-    torch._dynamo.assume_constant_result(_constants_eager)  # type: ignore[no-untyped-call]
-)
+# Marked as dynamo's ``assume_constant_result`` does (it only sets this attribute), without importing
+# torch._dynamo: that import costs ~1.2 s and `import ropekit` must stay cheap. Under torch.compile the constants
+# are then traced as a constant of (spec, seq_len), not as data-dependent Python.
+_constants: Callable[[RopeSpec, int | None], tuple[tuple[float, ...], ...]] = _constants_eager
+_constants_eager._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 
 _CONST_TENSORS: dict[tuple[object, ...], torch.Tensor] = {}
