@@ -11,9 +11,15 @@ What changes, per patched model (see :mod:`ropekit.hf.families` for the table of
 
 Before anything is modified every recognised module is verified on a probe: its replacement's tables must equal
 the original module's (shape, dtype, values to 1e-5) and each wrapped apply function must give the original's
-result from them. A family that fails, a refused row (multi-axis M-RoPE, rope on trailing channels) or a config
-ropekit cannot express raises ``ValueError`` saying why, with the model untouched. Rotary modules no row
-recognises (a LLaVA model's Pixtral vision rotary) are left alone, with a warning naming them.
+result from them. A family that fails, a refused row (rope on trailing channels, M-RoPE rotaries of families
+ropekit does not know) or a config ropekit cannot express raises ``ValueError`` saying why, with the model
+untouched. Rotary modules no row recognises are left alone, with a warning naming them.
+
+Vision-language rotaries (:mod:`ropekit.hf.patch_vl`: the text M-RoPE of Qwen2-VL, Qwen2.5-VL, Qwen3-VL(-MoE),
+GLM-4V, ERNIE-4.5-VL, their vision towers, Pixtral's and Llama 4's vision rotaries) are recognised module by
+module too and *replaced* by ropekit modules (the originals are kept and put back by ``unpatch``); a VL text
+rotary's apply function is wrapped like a 1-D family's. So one call patches a LLaVA (Mistral text + Pixtral
+vision), a Llama 4 (text + vision) or a Qwen2-VL (M-RoPE text + vision).
 
 Configs are accepted as transformers accepts them: what ropekit's strict parser refuses but transformers runs
 with is accepted with a warning (strict validation is ``RopeSpec.from_hf``'s, for users who ask for it).
@@ -62,6 +68,7 @@ class _Record:
     modules: list[tuple[nn.Module, type]] = field(default_factory=list)
     functions: list[tuple[str, str]] = field(default_factory=list)
     hooks: list[Any] = field(default_factory=list)
+    swaps: list[tuple[nn.Module, str, nn.Module]] = field(default_factory=list)  # (parent, name, original)
 
 
 def _is_rotary(m: nn.Module) -> bool:
@@ -143,10 +150,30 @@ def _verify(module: nn.Module, cls: type, fam: Family, specs: dict[str | None, A
     return None
 
 
-def _plan(model: nn.Module) -> tuple[list[tuple[str, nn.Module, type, dict[str | None, Any]]], list[str]]:
-    """(name, module, replacement class) for each recognised module, and the unrecognised rotaries' names."""
-    todo, ignored, refused = [], [], []
+_Todo = list[tuple[str, nn.Module, type, dict[str | None, Any]]]
+_Swaps = list[tuple[str, nn.Module, nn.Module]]
+
+
+def _plan(model: nn.Module) -> tuple[_Todo, list[str], _Swaps]:
+    """(name, module, replacement class) for each recognised 1-D module, the unrecognised rotaries' names and
+    (name, original, replacement) for each VL rotary (:mod:`ropekit.hf.patch_vl`)."""
+    from ropekit.hf.patch_vl import vl_kind, vl_replacement
+
+    todo: _Todo = []
+    swaps: _Swaps = []
+    ignored, refused = [], []
     for name, m in model.named_modules():
+        if vl_kind(m) is not None:
+            new, why = vl_replacement(m)
+            if new is None:
+                refused.append(f"{name or type(model).__name__} ({type(m).__name__}): {why}")
+            elif not name:
+                refused.append(
+                    f"{type(m).__name__}: a bare rotary module cannot replace itself; patch its parent"
+                )
+            else:
+                swaps.append((name, m, new))
+            continue
         if not _is_rotary(m) or isinstance(m, RopekitRotary):
             continue
         fam = family_for_class(type(m).__name__)
@@ -182,25 +209,28 @@ def _plan(model: nn.Module) -> tuple[list[tuple[str, nn.Module, type, dict[str |
         raise ValueError(
             "ropekit.hf.patch refuses this model (nothing was modified):\n  " + "\n  ".join(refused)
         )
-    if not todo:
-        from ropekit.hf.patch_vl import VL_ROTARY_CLASSES
-
-        vl = any(
-            type(m).__name__ in VL_ROTARY_CLASSES or type(m).__name__ == "Llama4VisionRotaryEmbedding"
-            for m in model.modules()
-        )
+    if not todo and not swaps:
         raise ValueError(
             f"ropekit.hf.patch found no rotary module it recognises in {type(model).__name__}"
             + (f" (unrecognised: {ignored})" if ignored else "")
-            + (
-                "; its multi-axis (M-RoPE / vision) rotaries are patched by ropekit.hf.patch_vl(model)"
-                if vl
-                else ""
-            )
             + " (families whose attention builds its own sinusoids, such as GPT-J and CodeGen, have no rotary "
             "module to replace)"
         )
-    return todo, ignored
+    return todo, ignored, swaps
+
+
+def _wrap_functions(model: nn.Module, record: _Record, modeling: Any, fam: Family) -> None:
+    """Wrap ``fam``'s apply functions of one modeling file (once per file, shared by the models using it)."""
+    for fn_name, kind in fam.applies:
+        key = (modeling.__name__, fn_name)
+        fn = getattr(modeling, fn_name, None)
+        if not callable(fn) or key in record.functions:
+            continue
+        if key not in _FUNCTIONS:
+            _FUNCTIONS[key] = [modeling, fn, weakref.WeakSet()]
+            setattr(modeling, fn_name, wrap_apply(fn, kind, key))
+        _FUNCTIONS[key][2].add(model)
+        record.functions.append(key)
 
 
 def patch(model: nn.Module, *, cache_correct: bool = False) -> nn.Module:
@@ -228,7 +258,7 @@ def patch(model: nn.Module, *, cache_correct: bool = False) -> nn.Module:
                 f"with cache_correct={cache_correct}"
             )
         return model  # idempotent
-    todo, ignored = _plan(model)
+    todo, ignored, swaps = _plan(model)
     if cache_correct:
         from ropekit.hf.cache_correct import cache_correct_refusal
 
@@ -245,17 +275,7 @@ def patch(model: nn.Module, *, cache_correct: bool = False) -> nn.Module:
         m._ropekit_specs = specs  # type: ignore[assignment]
         record.modules.append((m, original))
         fam: Family = cls._ropekit_family  # type: ignore[attr-defined]
-        modeling = sys.modules[original.__module__]
-        for fn_name, kind in fam.applies:
-            key = (modeling.__name__, fn_name)
-            fn = getattr(modeling, fn_name, None)
-            if not callable(fn) or key in record.functions:
-                continue
-            if key not in _FUNCTIONS:
-                _FUNCTIONS[key] = [modeling, fn, weakref.WeakSet()]
-                setattr(modeling, fn_name, wrap_apply(fn, kind, key))
-            _FUNCTIONS[key][2].add(model)
-            record.functions.append(key)
+        _wrap_functions(model, record, sys.modules[original.__module__], fam)
         if cache_correct:
             from ropekit.hf.cache_correct import CacheState, install_hooks
 
@@ -263,6 +283,14 @@ def patch(model: nn.Module, *, cache_correct: bool = False) -> nn.Module:
             m._ropekit_cache_state = state  # type: ignore[assignment]
             parent = model.get_submodule(name.rsplit(".", 1)[0]) if "." in name else model
             record.hooks += install_hooks(parent, state)
+    for name, orig, new in swaps:  # VL rotaries: replaced, the original object kept as it is
+        parent_name, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_name)
+        setattr(parent, child, new)
+        record.swaps.append((parent, child, orig))
+        vl_family: Family | None = getattr(new, "family", None)
+        if vl_family is not None:
+            _wrap_functions(model, record, sys.modules[type(orig).__module__], vl_family)
     model.__dict__[_RECORD] = record
     return model
 
@@ -277,6 +305,8 @@ def unpatch(model: nn.Module) -> nn.Module:
         return model
     for handle in record.hooks:
         handle.remove()
+    for parent, child, orig in reversed(record.swaps):
+        setattr(parent, child, orig)
     for m, original in record.modules:
         m.__class__ = original
         for attr in ("_ropekit_specs", "_ropekit_cache_state"):

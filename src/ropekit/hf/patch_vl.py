@@ -1,18 +1,30 @@
 # SPDX-License-Identifier: MIT
-"""``patch_vl(model)``: transformers' vision-language models take their M-RoPE and vision-tower tables from ropekit.
+"""transformers' vision-language rotaries on ropekit: text M-RoPE and vision-tower 2-D RoPE (Su et al. 2021;
+Qwen2-VL, Wang et al. 2024, M-RoPE; RoPE-ViT, Heo et al. 2024, axial 2-D RoPE).
 
-Every text M-RoPE rotary (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3-VL-MoE, GLM-4V, ERNIE-4.5-VL) and every 2-D
-vision-tower rotary of those families and of Pixtral is replaced by :class:`RopekitVLRotary`, which keeps the call signature
-``(x, position_ids)`` and the output format. It computes cos/sin of ``position * theta_k`` with ropekit's exact
-float64-reduced phases for each of transformers' frequencies (matched to the exact float64 value they round
-from, in transformers' own order -- ERNIE's pre-permuted table included) and hands them to the original module's
-``recomposition_frequencies``: the band-to-axis layout is transformers' own, only the phases change (float32
-angles lose ~pos * 6e-8 rad; ropekit's are exact). The attention code and its apply function are untouched.
+:func:`ropekit.hf.patch` calls this module for every rotary module whose class is in :data:`VL_ROTARY_CLASSES`
+(text M-RoPE of Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3-VL-MoE, GLM-4V, ERNIE-4.5-VL; the 2-D vision rotaries of
+those families and Pixtral) or is Llama 4's ``Llama4VisionRotaryEmbedding``; recognition is by module class, one
+module at a time. Each such module is *replaced* (the original object is kept untouched and put back by
+``unpatch``) by:
 
-So a float32 model gives the same logits within float32 rounding (tests: ``tests/ropekit/hf/test_patch_vl.py``),
-and long contexts or large temporal ids (Qwen2.5-VL's absolute time) keep exact phases. :func:`unpatch_vl`
-restores the original modules. Llama 4's vision encoder keeps a fixed complex table; it is rebuilt exactly by
-:class:`RopekitLlama4VisionRotary`. The integrator may route ``ropekit.hf.patch`` here for VL model types.
+- :class:`RopekitVLRotary`: same call ``(x, position_ids)``, same output format. It computes cos/sin of
+  ``position * theta_k`` with ropekit's exact float64-reduced phases for each of transformers' frequencies (matched
+  to the exact float64 value they round from, in transformers' own order -- ERNIE's pre-permuted table included)
+  and hands them to the original module's ``recomposition_frequencies``: the band-to-axis layout is transformers'
+  own, only the phases change (float32 angles lose ~pos * 6e-8 rad; ropekit's are exact). A *text* rotary also
+  tags its output with ropekit's float32 per-token half tables ([b, s, n], :class:`ropekit.hf.rotary.RopekitTables`),
+  so the modeling file's ``apply_rotary_pos_emb``, wrapped by :mod:`ropekit.hf.apply` exactly as for 1-D families,
+  rotates with ropekit's dispatch (fused CPU kernel, Triton on CUDA) from exact float32 tables, also in a bf16
+  model. Vision towers keep transformers' apply functions (fed ropekit's exact tables).
+- :class:`RopekitLlama4VisionRotary`: Llama 4's fixed complex table rebuilt from
+  :func:`ropekit.presets_vl.llama4_vision_spec`.
+
+Every replacement is built and checked on a probe (tables equal to the original's to 1e-5, the wrapped text apply
+function equal to the original) before the model is modified; a module that fails is refused with the reason.
+
+Shapes: text position_ids [3, b, s] (or [b, s]: all axes equal); vision position_ids [N, 2] (row, col);
+text tables [b, s, rotary_dim]; vision tables [N, head_dim].
 """
 
 from __future__ import annotations
@@ -23,10 +35,20 @@ from typing import Any
 import torch
 from torch import nn
 
+from ropekit.hf.families import Family
+from ropekit.hf.rotary import ROPEKIT_TABLES, RopekitTables
 from ropekit.phases import rope_tables
 from ropekit.spec import RopeSpec
 
-__all__ = ["VL_ROTARY_CLASSES", "RopekitLlama4VisionRotary", "RopekitVLRotary", "patch_vl", "unpatch_vl"]
+__all__ = [
+    "VL_ROTARY_CLASSES",
+    "VL_TEXT_FAMILIES",
+    "RopekitLlama4VisionRotary",
+    "RopekitVLRotary",
+    "patch_vl",
+    "unpatch_vl",
+    "vl_replacement",
+]
 
 #: rotary class name -> (kind, output cast to x.dtype like the original)
 VL_ROTARY_CLASSES: dict[str, tuple[str, bool]] = {
@@ -44,7 +66,26 @@ VL_ROTARY_CLASSES: dict[str, tuple[str, bool]] = {
     "Ernie4_5_VLMoeVisionRotaryEmbedding": ("vision", False),
     "PixtralVisionRotaryEmbedding": ("vision", True),
 }
-_ORIGINALS = "_ropekit_vl_originals"
+LLAMA4_VISION = "Llama4VisionRotaryEmbedding"
+_QK = (("apply_rotary_pos_emb", "qk"),)
+_CAT = Family("M-RoPE text (half split, cat tables)", (), tables="cat", applies=_QK, positions="mrope")
+_PAIRS = Family(
+    "M-RoPE text (interleaved pairs, repeat_interleave tables)",
+    (),
+    tables="interleave",
+    layout="interleaved",
+    applies=_QK,
+    positions="mrope",
+)
+#: text rotary class name -> the row the apply wrapper reads (table format, pairing, apply functions)
+VL_TEXT_FAMILIES: dict[str, Family] = {
+    "Qwen2VLRotaryEmbedding": _CAT,
+    "Qwen2_5_VLRotaryEmbedding": _CAT,
+    "Qwen3VLTextRotaryEmbedding": _CAT,
+    "Qwen3VLMoeTextRotaryEmbedding": _CAT,
+    "Glm4vTextRotaryEmbedding": _PAIRS,
+    "Ernie4_5_VLMoeTextRotaryEmbedding": _PAIRS,
+}
 
 
 def _exact_frequencies(orig: nn.Module) -> tuple[float, ...]:
@@ -53,7 +94,7 @@ def _exact_frequencies(orig: nn.Module) -> tuple[float, ...]:
     rp = dict(getattr(cfg, "rope_parameters", None) or {})
     if rp.get("rope_type", "default") not in ("default", "axial"):
         raise ValueError(
-            f"{type(orig).__name__}: rope_type={rp.get('rope_type')!r} is not supported by patch_vl "
+            f"{type(orig).__name__}: rope_type={rp.get('rope_type')!r} is not supported by ropekit.hf.patch "
             "(default M-RoPE and axial vision RoPE only)"
         )
     base = float(rp["rope_theta"])
@@ -66,7 +107,7 @@ def _exact_frequencies(orig: nn.Module) -> tuple[float, ...]:
         if abs(best - v) > 2e-7 * best:
             raise ValueError(
                 f"{type(orig).__name__}: inv_freq entry {v!r} matches no base^(-2j/dim) of base {base:g}; "
-                "patch_vl refuses frequencies it cannot reproduce exactly"
+                "ropekit refuses frequencies it cannot reproduce exactly"
             )
         out.append(best)
     return tuple(out)
@@ -84,6 +125,7 @@ class RopekitVLRotary(nn.Module):
         self.inv_freq = orig.inv_freq
         if hasattr(orig, "mrope_section"):
             self.mrope_section = orig.mrope_section
+        self.family: Family | None = VL_TEXT_FAMILIES.get(type(orig).__name__) if kind == "text" else None
         freqs = _exact_frequencies(orig)
         self.spec = RopeSpec(head_dim=2 * len(freqs), freqs=freqs)
 
@@ -97,9 +139,25 @@ class RopekitVLRotary(nn.Module):
         cos, sin = rope_tables(pos, self.spec, device=x.device)  # float32, exact phases
         if self.attention_scaling != 1.0:
             cos, sin = cos * self.attention_scaling, sin * self.attention_scaling
-        cos, sin = self._recompose(cos), self._recompose(sin)
+        cos, sin = (
+            self._recompose(cos),
+            self._recompose(sin),
+        )  # float32 [.., rotary_dim], transformers' layout
+        info = None
+        if (
+            self.family is not None
+        ):  # ropekit's per-token half tables [b, s, n] for the wrapped apply function
+            half = (
+                (lambda t: t[..., 0::2])
+                if self.family.tables == "interleave"
+                else (lambda t: t[..., : t.shape[-1] // 2])
+            )
+            info = RopekitTables(half(cos).contiguous(), half(sin).contiguous(), self.family, self.spec)
         if self.cast:
             cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+        if info is not None:
+            setattr(cos, ROPEKIT_TABLES, info)
+            setattr(sin, ROPEKIT_TABLES, info)
         return cos, sin
 
 
@@ -134,38 +192,115 @@ class RopekitLlama4VisionRotary(nn.Module):
         return self.freqs_ci.to(hidden_states.device)
 
 
+def _probe_positions(kind: str, device: torch.device) -> torch.Tensor:
+    """Distinct per-axis positions: text [3, 2, 12] (t, h, w differ), vision [12, 2] (row, col)."""
+    t = torch.arange(12, device=device)
+    if kind == "text":
+        return torch.stack([t + 100, t // 3 + 7, t % 5 + 40]).unsqueeze(1).expand(3, 2, 12).contiguous()
+    return torch.stack([t // 4, t % 4 + 3], dim=-1)
+
+
+def _verify(orig: nn.Module, new: nn.Module, kind: str) -> str | None:
+    """None when ``new`` reproduces ``orig`` on a probe (tables; for text also the wrapped apply function)."""
+    buf = next(iter(orig.buffers()), None)
+    device = buf.device if buf is not None else torch.device("cpu")
+    if device.type == "meta":
+        return "the module is on the meta device (load the weights first)"
+    with torch.no_grad():
+        if kind == "llama4":
+            ref = [orig(torch.zeros(1, device=device))]
+            got = [new(torch.zeros(1, device=device))]
+        else:
+            x, pos = torch.zeros(1, device=device), _probe_positions(kind, device)
+            ref, got = list(orig(x, pos)), list(new(x, pos))
+        for a, b in zip(ref, got):
+            if a.shape != b.shape or a.dtype != b.dtype:
+                return f"tables differ in format: transformers {tuple(a.shape)} {a.dtype}, ropekit {tuple(b.shape)} {b.dtype}"
+            if a.is_complex():
+                a, b = torch.view_as_real(a), torch.view_as_real(b)
+            err = float((a.double() - b.double()).abs().max()) if a.numel() else 0.0
+            if err > 1e-5:
+                return f"tables differ from transformers' by {err:.2e}"
+        family = getattr(new, "family", None)
+        if family is not None:
+            return _verify_apply(orig, family, got[0], got[1], device)
+    return None
+
+
+def _verify_apply(
+    orig: nn.Module, family: Family, cos: torch.Tensor, sin: torch.Tensor, device: torch.device
+) -> str | None:
+    import sys
+
+    from ropekit.hf.apply import CALLS, wrap_apply
+
+    modeling = sys.modules[type(orig).__module__]
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    for fn_name, kind in family.applies:
+        fn = getattr(modeling, fn_name, None)
+        if not callable(fn):
+            return f"{modeling.__name__} defines no {fn_name}"
+        original = getattr(fn, "_ropekit_original", fn)
+        wrapped = wrap_apply(original, kind, ("probe-vl", fn_name))
+        shape = (cos.shape[0], 3, cos.shape[1], cos.shape[-1])
+        q, k = (torch.randn(shape, generator=gen).to(device) for _ in range(2))
+        before = CALLS[("probe-vl", fn_name)]
+        a, b = original(q, k, cos, sin), wrapped(q, k, cos, sin)
+        if CALLS[("probe-vl", fn_name)] == before:
+            return f"{modeling.__name__}.{fn_name} could not be routed through ropekit"
+        err = max(float((u.double() - v.double()).abs().max()) for u, v in zip(a, b))
+        if err > 1e-5:
+            return f"{modeling.__name__}.{fn_name} rotates differently from ropekit's {family.layout!r} pairing: {err:.2e}"
+    return None
+
+
+def vl_kind(module: nn.Module) -> str | None:
+    """ "text", "vision" or "llama4" for a module this file replaces (by its class name), else None."""
+    name = type(module).__name__
+    if name == LLAMA4_VISION:
+        return "llama4"
+    entry = VL_ROTARY_CLASSES.get(name)
+    return None if entry is None else entry[0]
+
+
+def vl_replacement(module: nn.Module) -> tuple[nn.Module | None, str | None]:
+    """(replacement, None) for a recognised VL rotary that passes the probe; (None, why) when it is refused.
+
+    Raises nothing and modifies nothing; a module :func:`vl_kind` does not know gives ``(None, "not a VL rotary")``.
+    """
+    kind = vl_kind(module)
+    if kind is None:
+        return None, "not a VL rotary module"
+    try:
+        new: nn.Module = (
+            RopekitLlama4VisionRotary(module)
+            if kind == "llama4"
+            else RopekitVLRotary(module, *VL_ROTARY_CLASSES[type(module).__name__])
+        )
+    except (ValueError, KeyError, AttributeError, TypeError) as e:
+        return None, f"ropekit cannot express it: {e}"
+    why = _verify(module, new, kind)
+    return (None, why) if why is not None else (new, None)
+
+
 def patch_vl(model: nn.Module) -> nn.Module:
-    """Replace every VL rotary module of ``model`` in place (text M-RoPE and vision towers); returns the model.
+    """Same as :func:`ropekit.hf.patch` (kept for older code), but requires at least one VL rotary module.
 
     Raises:
-        ValueError: when the model holds no known VL rotary, or a rotary's frequencies cannot be reproduced.
+        ValueError: when the model holds no known VL rotary, or :func:`ropekit.hf.patch` refuses it.
     """
-    if getattr(model, _ORIGINALS, None):
-        raise ValueError("model is already patched by ropekit.hf.patch_vl; call unpatch_vl first")
-    swaps: list[tuple[nn.Module, str, nn.Module, nn.Module]] = []
-    for _, parent in model.named_modules():
-        for child_name, child in parent.named_children():
-            if type(child).__name__ == "Llama4VisionRotaryEmbedding":
-                swaps.append((parent, child_name, child, RopekitLlama4VisionRotary(child)))
-                continue
-            entry = VL_ROTARY_CLASSES.get(type(child).__name__)
-            if entry is not None:
-                swaps.append(
-                    (parent, child_name, child, RopekitVLRotary(child, *entry))
-                )  # built before any swap
-    if not swaps:
+    if "_ropekit_patch" not in model.__dict__ and not any(vl_kind(m) is not None for m in model.modules()):
         raise ValueError(
-            f"{type(model).__name__} has no VL rotary module ropekit knows ({', '.join(sorted(VL_ROTARY_CLASSES))})"
+            f"{type(model).__name__} has no VL rotary module ropekit knows "
+            f"({', '.join(sorted([*VL_ROTARY_CLASSES, LLAMA4_VISION]))})"
         )
-    for parent, name, _, new in swaps:
-        setattr(parent, name, new)
-    object.__setattr__(model, _ORIGINALS, [(p, n, o) for p, n, o, _ in swaps])
-    return model
+    from ropekit.hf.patch import patch
+
+    return patch(model)
 
 
 def unpatch_vl(model: nn.Module) -> nn.Module:
-    """Put the original rotary modules back."""
-    for parent, name, orig in getattr(model, _ORIGINALS, None) or []:
-        setattr(parent, name, orig)
-    object.__setattr__(model, _ORIGINALS, None)
-    return model
+    """Same as :func:`ropekit.hf.unpatch`."""
+    from ropekit.hf.patch import unpatch
+
+    return unpatch(model)

@@ -1,14 +1,19 @@
-"""patch_vl: tiny random-weight VL models (built from configs, no downloads) give the same logits (<= 1e-4
-relative, float32) and the same greedy tokens with a KV cache, patched vs unpatched; inputs as a processor builds
-them (image and video grids, second_per_grid_ts, a left-padded batch of 2)."""
+"""ropekit.hf.patch on VL models: tiny random-weight models (built from configs, no downloads) give the same logits
+(<= 1e-4 relative, float32; oracle: the unpatched transformers model) and the same greedy tokens with a KV cache;
+inputs as a processor builds them (image and video grids, second_per_grid_ts, a left-padded batch of 2). The text
+M-RoPE is rotated by ropekit's dispatch (counted), the lifecycle is the 1-D one (idempotent, undone bit for bit)."""
 
 from __future__ import annotations
+
+import sys
 
 import pytest
 import torch
 
 T = pytest.importorskip("transformers")
 
+import ropekit.hf
+from ropekit.hf.apply import CALLS
 from ropekit.hf.patch_vl import RopekitVLRotary, patch_vl, unpatch_vl
 
 IMG, VID, START = 5, 6, 4
@@ -115,22 +120,93 @@ FAMILIES = [
 ]
 
 
+def _text_apply_key(model: torch.nn.Module) -> tuple[str, str]:
+    text = next(m for m in model.modules() if type(m).__name__.endswith("TextRotaryEmbedding") or
+                type(m).__name__ in ("Qwen2VLRotaryEmbedding", "Qwen2_5_VLRotaryEmbedding"))  # fmt: skip
+    return (type(text).__module__, "apply_rotary_pos_emb")
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_patched_equals_unpatched(family: str) -> None:
     torch.manual_seed(0)
     model = _model(family).eval()
     kw = _inputs(family)
+    key = _text_apply_key(model)
     with torch.no_grad():
         ref = model(**kw).logits
         ref_gen = model.generate(**kw, max_new_tokens=4, do_sample=False)
-        patch_vl(model)
+        ropekit.hf.patch(model)
         kinds = sorted(m.kind for m in model.modules() if isinstance(m, RopekitVLRotary))
         assert kinds == ["text", "vision"]
+        before = CALLS[key]
         got = model(**kw).logits
+        n_layers = model.config.text_config.num_hidden_layers
+        assert CALLS[key] - before == n_layers  # every text layer rotated by ropekit's dispatch
         got_gen = model.generate(**kw, max_new_tokens=4, do_sample=False)
     assert float((got - ref).abs().max() / ref.abs().max()) <= 1e-4
     assert torch.equal(got_gen, ref_gen)
+    ropekit.hf.unpatch(model)
+    assert not any(isinstance(m, RopekitVLRotary) for m in model.modules())
+
+
+def _snapshot(model: torch.nn.Module) -> dict:
+    mods = dict(model.named_modules())
+    return {
+        "state": {k: v.clone() for k, v in model.state_dict().items()},
+        "buffers": {k: v.clone() for k, v in model.named_buffers()},
+        "objects": {n: id(m) for n, m in mods.items()},
+        "classes": {n: type(m) for n, m in mods.items()},
+        "dicts": {n: sorted(m.__dict__) for n, m in mods.items()},
+        "functions": {name: getattr(sys.modules[type(m).__module__], "apply_rotary_pos_emb", None)
+                      for name, m in mods.items() if "Rotary" in type(m).__name__},
+    }  # fmt: skip
+
+
+def _same(a: dict, b: dict) -> None:
+    for k in ("objects", "classes", "dicts", "functions"):
+        assert a[k] == b[k], k
+    for k in ("state", "buffers"):
+        assert a[k].keys() == b[k].keys()
+        assert all(torch.equal(a[k][n], b[k][n]) and a[k][n].dtype == b[k][n].dtype for n in a[k])
+
+
+def test_lifecycle_idempotent_unpatch_bit_for_bit_and_context_manager() -> None:
+    torch.manual_seed(0)
+    model = _model("qwen2_vl").eval()
+    kw = _inputs("qwen2_vl")
+    before = _snapshot(model)
+    with torch.no_grad():
+        ref = model(**kw).logits
+        assert ropekit.hf.patch(model) is model
+        swapped = {n: type(m).__name__ for n, m in model.named_modules() if isinstance(m, RopekitVLRotary)}
+        assert swapped == {"model.visual.rotary_pos_emb": "RopekitVLRotary",
+                           "model.language_model.rotary_emb": "RopekitVLRotary"}  # fmt: skip
+        wrapped = sys.modules[type(model.model.language_model.layers[0]).__module__].apply_rotary_pos_emb
+        assert ropekit.hf.patch(model) is model  # idempotent: nothing re-wrapped or re-replaced
+        assert {
+            n: type(m).__name__ for n, m in model.named_modules() if isinstance(m, RopekitVLRotary)
+        } == swapped
+        assert (
+            sys.modules[type(model.model.language_model.layers[0]).__module__].apply_rotary_pos_emb is wrapped
+        )
+        got = model(**kw).logits
+        ropekit.hf.unpatch(model)
+        _same(before, _snapshot(model))
+        assert torch.equal(model(**kw).logits, ref)  # the original modules and functions compute again
+        with ropekit.hf.patched(model):
+            assert any(isinstance(m, RopekitVLRotary) for m in model.modules())
+            inside = model(**kw).logits
+        _same(before, _snapshot(model))
+    assert float((got - ref).abs().max() / ref.abs().max()) <= 1e-4
+    assert torch.equal(inside, got)
+
+
+def test_patch_vl_and_unpatch_vl_are_aliases() -> None:
+    model = _model("glm4v").eval()
+    assert patch_vl(model) is model and "_ropekit_patch" in model.__dict__
+    assert patch_vl(model) is model  # idempotent like patch
     unpatch_vl(model)
+    assert "_ropekit_patch" not in model.__dict__
     assert not any(isinstance(m, RopekitVLRotary) for m in model.modules())
 
 
@@ -139,41 +215,35 @@ def test_refuses_models_without_vl_rotary() -> None:
         patch_vl(torch.nn.Linear(2, 2))
 
 
-def test_pixtral_vision_encoder_equal_at_two_resolutions() -> None:
-    cfg = T.PixtralVisionConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                                head_dim=16, image_size=112, patch_size=14)  # fmt: skip
-    model = T.PixtralVisionModel(cfg).eval()
-    for h, w in ((112, 112), (56, 98)):  # the training size and a smaller, non-square one
-        x = torch.randn(1, 3, h, w)
-        with torch.no_grad():
-            ref = model(x, image_sizes=[(h, w)]).last_hidden_state
-            patch_vl(model)
-            assert isinstance(model.transformer.layers[0], torch.nn.Module)
-            assert any(isinstance(m, RopekitVLRotary) for m in model.modules())
-            got = model(x, image_sizes=[(h, w)]).last_hidden_state
-            unpatch_vl(model)
-        assert float((got - ref).abs().max() / ref.abs().max()) <= 1e-4
+def test_refuses_frequencies_it_cannot_reproduce_and_modifies_nothing() -> None:
+    model = _model("qwen2_vl").eval()
+    rot = model.model.language_model.rotary_emb
+    rot.inv_freq.mul_(
+        1.01
+    )  # no longer base^(-2j/d): ropekit would silently rotate differently, so it refuses
+    before = _snapshot(model)
+    with pytest.raises(ValueError, match=r"(?s)refuses this model.*rotary_emb.*matches no base"):
+        ropekit.hf.patch(model)
+    _same(before, _snapshot(model))
+    assert "_ropekit_patch" not in model.__dict__
 
 
-def test_llama4_vision_encoder_equal() -> None:
-    cfg = T.Llama4VisionConfig(hidden_size=64, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
-                               image_size=56, patch_size=14, vision_output_dim=64, projector_input_dim=64,
-                               projector_output_dim=64, pixel_shuffle_ratio=0.5)  # fmt: skip
-    model = T.Llama4VisionModel(cfg).eval()
-    x = torch.randn(1, 3, 56, 56)
-    with torch.no_grad():
-        ref = model(x).last_hidden_state
-        patch_vl(model)
-        assert any(type(m).__name__ == "RopekitLlama4VisionRotary" for m in model.modules())
-        got = model(x).last_hidden_state
-    assert float((got - ref).abs().max() / ref.abs().max()) <= 1e-4
-
-
-def test_one_d_patch_refuses_a_vl_model_and_names_patch_vl() -> None:
-    import ropekit.hf
-
-    m = _model("qwen2_vl")
-    before = {n: type(x) for n, x in m.named_modules()}
-    with pytest.raises(ValueError, match=r"ropekit\.hf\.patch_vl\(model\)"):
-        ropekit.hf.patch(m)
-    assert {n: type(x) for n, x in m.named_modules()} == before  # nothing was modified
+def test_bf16_model_rotates_with_float32_tables() -> None:
+    """The original casts the tables to bf16; ropekit rotates from its exact float32 tables (closer to float64)."""
+    torch.manual_seed(0)
+    model = _model("qwen2_vl").eval()
+    rot = model.model.language_model.rotary_emb
+    pos = torch.arange(3000, 3008).view(1, 1, -1).expand(3, 2, -1)
+    x = torch.zeros(1, dtype=torch.bfloat16)
+    q = torch.randn(2, 4, 8, 16, dtype=torch.float64)
+    modeling = sys.modules[type(rot).__module__]
+    ang = pos[0, :, :, None].double() * rot.inv_freq.double()  # text positions: all axes equal
+    cos64, sin64 = torch.cat([ang.cos()] * 2, -1)[:, None], torch.cat([ang.sin()] * 2, -1)[:, None]
+    exact = q * cos64 + torch.cat([-q[..., 8:], q[..., :8]], -1) * sin64  # float64 oracle from the formula
+    ref = modeling.apply_rotary_pos_emb(q.bfloat16(), q.bfloat16(), *rot(x, pos))[0]
+    with ropekit.hf.patched(model):
+        cos, sin = model.model.language_model.rotary_emb(x, pos)
+        assert cos.dtype == torch.bfloat16  # transformers' format is kept
+        got = modeling.apply_rotary_pos_emb(q.bfloat16(), q.bfloat16(), cos, sin)[0]
+    assert got.dtype == torch.bfloat16
+    assert (got.double() - exact).abs().max() < (ref.double() - exact).abs().max()
