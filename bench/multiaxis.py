@@ -1,6 +1,9 @@
-"""Multi-axis vs 1-D rotation time on the same tensors: ``python bench/multiaxis.py [--quick] [--seq N]``."""
+"""Multi-axis vs 1-D rotation time on the same tensors: ``python bench/multiaxis.py [--quick] [--out FILE]``,
+the same as ``ropekit bench --mode axes`` (:mod:`ropekit.bench.axes`)."""
 
-from ropekit.axis_bench import main
+import sys
+
+from ropekit.cli.main import main
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main(["bench", "--mode", "axes", *sys.argv[1:]]))

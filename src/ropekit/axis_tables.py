@@ -185,17 +185,18 @@ def _cached_axis_tables(
     n = spec.n_bands
     if pos.dtype.is_floating_point or pos.numel() == 0 or dev.type == "meta" or pos.device.type == "meta":
         return axis_tables(pos, spec, device=dev)
+    cache = getattr(rotary, "_cache", None)  # ropekit.table_cache.TableCache: rows [2, L, n], exact
+    if cache is None or not hasattr(cache, "rows"):
+        return axis_tables(pos, spec, device=dev)  # a module without the expected cache: still exact
     pos = pos.to(dev)
     lo, hi = (int(v) for v in torch.aminmax(pos))  # one host sync
-    limit = int(getattr(rotary, "cache_limit", 0))
-    if lo < 0 or hi >= limit:
+    if lo < 0 or hi >= int(cache.limit):
         return axis_tables(pos, spec, device=dev)
-    rotary.tables(torch.tensor([hi], dtype=torch.int64, device=dev))  # type: ignore[operator]  # grows the cache
-    cos_c, sin_c = getattr(rotary, "_cos", None), getattr(rotary, "_sin", None)
-    if not isinstance(cos_c, torch.Tensor) or not isinstance(sin_c, torch.Tensor) or cos_c.shape[0] <= hi:
-        return axis_tables(pos, spec, device=dev)  # a module without the expected cache: still exact
+    if hi >= cache.length:
+        cache.grow(1 << hi.bit_length())
+    rows: torch.Tensor = cache.rows
     band = (
         pos.to(torch.int64).movedim(0, -1).index_select(-1, _slots(spec, dev)).reshape(-1, n)
     )  # row per band
     shape = (*pos.shape[1:], n)
-    return cos_c.gather(0, band).reshape(shape), sin_c.gather(0, band).reshape(shape)
+    return rows[0].gather(0, band).reshape(shape), rows[1].gather(0, band).reshape(shape)

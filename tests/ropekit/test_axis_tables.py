@@ -261,3 +261,23 @@ def test_rotary_module_exact_for_float_and_negative_positions() -> None:
         got, _ = rot(q, None, positions=pos)
         want, _ = apply_rope_axes(q, None, pos, spec)
         assert torch.equal(got, want)
+
+
+def test_rotary_module_reads_integer_axis_positions_from_its_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The decode path gathers from the module's exact cache; it never rebuilds tables (a regression at
+    integration made every call rebuild them, ~10x slower at decode) and stays bit-identical to the function."""
+    import sys
+
+    at = sys.modules["ropekit.axis_tables"]  # the package exports a function of the same name
+    spec = qwen2_vl_spec(16, 1e4, (2, 3, 3))
+    rot = Rotary(spec, max_seq_len=16)
+    q = torch.randn(2, 1, 4, 16)
+    pos = torch.tensor([[[3000], [7]], [[3001], [9]], [[2999], [8]]])  # decode: beyond the cache, it grows
+    want, _ = apply_rope_axes(q, None, pos, spec)
+
+    def refuse(*a: object, **k: object) -> None:
+        raise AssertionError("axis_tables rebuilt the tables instead of reading the cache")
+
+    monkeypatch.setattr(at, "axis_tables", refuse)
+    got, _ = rot(q, None, positions=pos)
+    assert torch.equal(got, want)

@@ -12,7 +12,8 @@ Modes (``--mode``, repeatable; default "matrix"):
 * ``decode``: only the decode cases of the matrix (32 sequences x 1 token);
 * ``busy``: the kernel beside processes loading every core, idle and busy in one run (:mod:`ropekit.bench.busy`);
 * ``cache-write``: RoPE fused with the KV-cache write, contiguous and paged (:mod:`ropekit.bench.cache_write`);
-* ``all``: matrix, busy and cache-write;
+* ``axes``: multi-axis RoPE (M-RoPE, 2-D vision) against 1-D RoPE of the same tensors (:mod:`ropekit.bench.axes`);
+* ``all``: matrix, busy, cache-write and axes;
 * ``extension``: a torch C++ extension against the ctypes kernel, with cold starts (:mod:`ropekit.bench.extension`;
   compiles for minutes the first time, so not in ``all``).
 """
@@ -27,8 +28,8 @@ from ropekit.bench.matrix import Case, cases, machine_info, run_cases
 
 __all__ = ["ALL", "MODES", "Case", "cases", "format_table", "machine_info", "run"]
 
-MODES = ("matrix", "decode", "busy", "cache-write", "extension")
-ALL = ("matrix", "busy", "cache-write")
+MODES = ("matrix", "decode", "busy", "cache-write", "extension", "axes")
+ALL = ("matrix", "busy", "cache-write", "axes")
 
 
 def run(
@@ -44,9 +45,9 @@ def run(
     for m in selected:
         if m not in MODES:
             raise ValueError(f"bench mode must be one of {', '.join(MODES)} or all, got {m!r}")
-    if device != "cpu" and any(m in ("busy", "cache-write", "extension") for m in selected):
+    if device != "cpu" and any(m in ("busy", "cache-write", "extension", "axes") for m in selected):
         raise ValueError(
-            f"bench modes busy, cache-write and extension run on the CPU only, got device {device!r}"
+            f"bench modes busy, cache-write, extension and axes run on the CPU only, got device {device!r}"
         )
     rounds = rounds or (5 if quick else 15)
     results: list[dict[str, Any]] = []
@@ -73,7 +74,16 @@ def run(
         from ropekit.bench.cache_write import run_cache_write
 
         results += run_cache_write(quick=quick, rounds=rounds, progress=progress)
+    axes_summary: dict[str, float] | None = None
+    if "axes" in selected:
+        from ropekit.bench.axes import run_axes, summary
+
+        axes_rows = run_axes(quick=quick, rounds=rounds, progress=progress)
+        axes_summary = summary(axes_rows)
+        results += axes_rows
     report: dict[str, Any] = {"machine": machine_info(device), "modes": selected, "results": results}
+    if axes_summary is not None:
+        report["axes_worst_ratio_to_1d"] = axes_summary
     if cold is not None:
         report["cold_start"] = cold
     return report
@@ -105,5 +115,10 @@ def format_table(report: dict[str, Any]) -> str:
                 else ""
             )
             speed = f"{hf / ms:6.1f}x" if not math.isnan(hf) else ""
+            if "ratio_to_1d" in r:  # --mode axes: multi-axis time / the same entry point's 1-D time
+                speed = f"{r['ratio_to_1d']:5.2f}x 1-D"
             lines.append(f"  {r['impl']:<58} {t:>11} {iqr:>14} {r['ratio_to_floor']:>8.2f} {speed:>7}")
+    if "axes_worst_ratio_to_1d" in report:
+        lines += ["", "[axes] largest multi-axis / 1-D ratio over the cases (target <= 1.3):"]
+        lines += [f"  {k:<40} {v:6.2f}" for k, v in report["axes_worst_ratio_to_1d"].items()]
     return "\n".join(lines)

@@ -147,12 +147,10 @@ class RopekitVLRotary(nn.Module):
         if (
             self.family is not None
         ):  # ropekit's per-token half tables [b, s, n] for the wrapped apply function
-            half = (
-                (lambda t: t[..., 0::2])
-                if self.family.tables == "interleave"
-                else (lambda t: t[..., : t.shape[-1] // 2])
-            )
-            info = RopekitTables(half(cos).contiguous(), half(sin).contiguous(), self.family, self.spec)
+            pairs = self.family.tables == "interleave"
+            n = cos.shape[-1] // 2
+            ch, sh = (cos[..., 0::2], sin[..., 0::2]) if pairs else (cos[..., :n], sin[..., :n])
+            info = RopekitTables(ch.contiguous(), sh.contiguous(), self.family, self.spec)
         if self.cast:
             cos, sin = cos.to(x.dtype), sin.to(x.dtype)
         if info is not None:
