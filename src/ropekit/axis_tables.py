@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import Any
 
 import torch
 
 from ropekit.phases import check_positions, rope_tables
 from ropekit.rotation.apply import FORMATS, Format, _check_positions_shape, apply_rope_tables
 from ropekit.spec import RopeSpec
+from ropekit.table_cache import shared_cache
 
 __all__ = ["apply_rope_axes", "axis_tables", "check_axis_positions", "rotary_forward_axes", "select_axes"]
 
@@ -153,7 +155,14 @@ def apply_rope_axes(
     if format != "thd" and pos.dim() == 3 and pos.shape[1] == 1:
         pos = pos[:, 0]
     need64 = q.dtype == torch.float64 or (k is not None and k.dtype == torch.float64)
-    cos, sin = axis_tables(pos, spec, dtype=torch.float64 if need64 else torch.float32, device=q.device)
+    hit = None
+    if not (need64 or pos.dtype.is_floating_point or pos.numel() == 0 or torch.compiler.is_compiling()):
+        cache = shared_cache(_one_axis(spec), q.device)  # the exact rows apply_rope's 1-D path reads too
+        hit = None if cache is None else _gather_bands(cache, pos.to(q.device), spec)
+    if hit is not None:
+        cos, sin = hit
+    else:
+        cos, sin = axis_tables(pos, spec, dtype=torch.float64 if need64 else torch.float32, device=q.device)
     return apply_rope_tables(q, k, cos, sin, spec, format=format, inplace=inplace, backend=backend)
 
 
@@ -182,21 +191,24 @@ def _cached_axis_tables(
     lookup). Positions the cache cannot serve (float, negative, beyond its limit) take the exact banded path."""
     assert spec.axes is not None
     dev: torch.device = rotary.inv_freq.device  # type: ignore[assignment]
-    n = spec.n_bands
     if pos.dtype.is_floating_point or pos.numel() == 0 or dev.type == "meta" or pos.device.type == "meta":
         return axis_tables(pos, spec, device=dev)
     cache = getattr(rotary, "_cache", None)  # ropekit.table_cache.TableCache: rows [2, L, n], exact
-    if cache is None or not hasattr(cache, "rows"):
-        return axis_tables(pos, spec, device=dev)  # a module without the expected cache: still exact
-    pos = pos.to(dev)
+    hit = _gather_bands(cache, pos.to(dev), spec) if hasattr(cache, "rows") else None
+    return hit if hit is not None else axis_tables(pos, spec, device=dev)  # still exact without the cache
+
+
+def _gather_bands(cache: Any, pos: torch.Tensor, spec: RopeSpec) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """[A, *P] integer positions -> float32 [*P, n] from an exact 1-D :class:`ropekit.table_cache.TableCache`
+    (rows [2, L, n]): one gather of every band's row at its own axis's position; None when a position is outside
+    [0, limit) (the caller computes those exactly). Bit-identical to :func:`axis_tables`: same rows."""
+    n = spec.n_bands
     lo, hi = (int(v) for v in torch.aminmax(pos))  # one host sync
     if lo < 0 or hi >= int(cache.limit):
-        return axis_tables(pos, spec, device=dev)
+        return None
     if hi >= cache.length:
         cache.grow(1 << hi.bit_length())
     rows: torch.Tensor = cache.rows
-    band = (
-        pos.to(torch.int64).movedim(0, -1).index_select(-1, _slots(spec, dev)).reshape(-1, n)
-    )  # row per band
+    band = pos.to(torch.int64).movedim(0, -1).index_select(-1, _slots(spec, pos.device)).reshape(-1, n)
     shape = (*pos.shape[1:], n)
     return rows[0].gather(0, band).reshape(shape), rows[1].gather(0, band).reshape(shape)

@@ -13,7 +13,7 @@ import math
 import pytest
 import torch
 
-from ropekit import RopeSpec, Rotary, rope_tables
+from ropekit import RopeSpec, Rotary, apply_rope_tables, rope_tables
 from ropekit.axis_tables import apply_rope_axes, axis_tables
 from ropekit.presets_vl import (
     ernie_vl_spec,
@@ -281,3 +281,32 @@ def test_rotary_module_reads_integer_axis_positions_from_its_cache(monkeypatch: 
     monkeypatch.setattr(at, "axis_tables", refuse)
     got, _ = rot(q, None, positions=pos)
     assert torch.equal(got, want)
+
+
+def test_apply_rope_axes_reads_integer_positions_from_the_shared_cache(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """apply_rope_axes gathers every band from the exact shared 1-D cache (as apply_rope does for 1-D): no table
+    rebuild for integer positions in range, bit-identical to the tables axis_tables builds; float positions and
+    negative ones still take the exact builder."""
+    import sys
+
+    at = sys.modules["ropekit.axis_tables"]
+    spec = qwen3_vl_spec(16, 1e4, (4, 2, 2))
+    q, k = torch.randn(2, 4, 3, 16), torch.randn(2, 4, 1, 16)
+    pos = torch.randint(0, 5000, (3, 2, 4))
+    cos, sin = axis_tables(pos, spec)
+    want = apply_rope_tables(q, k, cos, sin, spec)
+    real = at.axis_tables
+    calls: list[int] = []
+
+    def counting(*a: object, **kw: object) -> object:
+        calls.append(1)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(at, "axis_tables", counting)
+    got = apply_rope_axes(q, k, pos, spec)
+    assert calls == [] and torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])  # type: ignore[arg-type]
+    apply_rope_axes(q, k, pos - 4000, spec)  # negative positions: the exact builder
+    apply_rope_axes(q, k, pos.double() + 0.5, spec)  # continuous positions: the exact builder
+    assert len(calls) == 2
