@@ -23,7 +23,7 @@ from typing import Any
 from ropekit.axes import AxisMap
 from ropekit.spec import RopeSpec
 
-__all__ = ["VL_FAMILIES", "is_vl_config", "spec_from_hf_vl", "spec_to_hf_vl"]
+__all__ = ["DEFAULT_THETA", "VL_FAMILIES", "is_vl_config", "spec_from_hf_vl", "spec_to_hf_vl"]
 
 #: model_type (outer or text) -> (family, layout, default mrope_section)
 VL_FAMILIES: dict[str, tuple[str, str, tuple[int, int, int]]] = {
@@ -36,6 +36,15 @@ VL_FAMILIES: dict[str, tuple[str, str, tuple[int, int, int]]] = {
     "ernie4_5_vl_moe": ("ernie", "interleaved", (22, 22, 20)),
 }
 _MROPE_KEYS = ("mrope_section", "mrope_interleaved")
+#: family -> transformers' default rope_theta when a config omits it: (v4 class default, v5 class default).
+#: The schema tells the version: ``rope_scaling`` (v4) or ``rope_parameters`` (v5). Qwen3-VL's default changed
+#: (v4.57 ``Qwen3VLTextConfig(rope_theta=5000000.0)``, v5 500000); ERNIE-4.5-VL has no v4 class.
+DEFAULT_THETA: dict[str, tuple[float, float]] = {
+    "qwen2_vl": (1_000_000.0, 1_000_000.0),
+    "qwen3_vl": (5_000_000.0, 500_000.0),
+    "glm4v": (10_000.0, 10_000.0),
+    "ernie": (500_000.0, 500_000.0),
+}
 
 
 def _family(model_type: str) -> str | None:
@@ -137,6 +146,10 @@ def spec_from_hf_vl(
     }
     clean["model_type"] = ""  # the family's layout is set below, not by the 1-D table
     clean[key] = rp
+    if rp.get("rope_theta") is None and text.get("rope_theta") is None and family in DEFAULT_THETA:
+        clean["rope_theta"] = DEFAULT_THETA[family][
+            0 if key == "rope_scaling" else 1
+        ]  # transformers' default
     base_spec = spec_from_hf(clean, strict=strict, layout=layout or fam_layout)
     if sum(sec) != base_spec.n_bands:
         raise ValueError(

@@ -129,3 +129,111 @@ def test_errors_name_the_key() -> None:
 
     with pytest.raises(ValueError, match="no transformers mrope_section equivalent"):
         pixtral_spec().to_hf()
+
+
+# Configs as transformers v4 (4.45-4.57) wrote them, written by hand from its configuration classes: top-level
+# ``rope_theta``, ``rope_scaling`` with the sections; v4 rewrote ``"type": "mrope"`` to ``"default"`` and added
+# ``"rope_type"`` when it loaded a config, so re-saved files carry both spellings. Hub files of Qwen2/2.5-VL are
+# flat (no text_config); v4.52+ nests the text part.
+_Q2_HUB = {"type": "mrope", "mrope_section": [16, 24, 24]}
+_Q2_SAVED = {"type": "default", "mrope_section": [16, 24, 24], "rope_type": "default"}
+_Q3 = {"mrope_interleaved": True, "mrope_section": [24, 20, 20], "rope_type": "default"}
+V4 = {
+    "qwen2_vl hub (flat)": ("qwen2_vl", {"model_type": "qwen2_vl", "hidden_size": 1536, "num_attention_heads": 12,
+                                         "num_key_value_heads": 2, "rope_theta": 1000000.0, "rope_scaling": _Q2_HUB}),
+    "qwen2_vl re-saved (nested)": ("qwen2_vl", {"model_type": "qwen2_vl", "rope_theta": 1000000.0, "text_config": {
+        "model_type": "qwen2_vl_text", "hidden_size": 1536, "num_attention_heads": 12, "rope_theta": 1000000.0,
+        "rope_scaling": _Q2_SAVED}}),
+    "qwen2_5_vl hub (flat)": ("qwen2_5_vl", {"model_type": "qwen2_5_vl", "hidden_size": 3584,
+                                             "num_attention_heads": 28, "rope_theta": 1000000.0,
+                                             "rope_scaling": _Q2_HUB}),
+    "qwen2_5_vl re-saved (nested)": ("qwen2_5_vl", {"model_type": "qwen2_5_vl", "text_config": {
+        "model_type": "qwen2_5_vl_text", "hidden_size": 3584, "num_attention_heads": 28, "rope_theta": 1000000.0,
+        "rope_scaling": _Q2_SAVED}}),
+    "qwen3_vl": ("qwen3_vl", {"model_type": "qwen3_vl", "text_config": {
+        "model_type": "qwen3_vl_text", "head_dim": 128, "hidden_size": 4096, "num_attention_heads": 32,
+        "rope_theta": 5000000, "rope_scaling": _Q3}}),
+    "qwen3_vl_moe": ("qwen3_vl_moe", {"model_type": "qwen3_vl_moe", "text_config": {
+        "model_type": "qwen3_vl_moe_text", "head_dim": 128, "hidden_size": 2048, "num_attention_heads": 32,
+        "rope_theta": 5000000, "rope_scaling": _Q3}}),
+    "glm4v": ("glm4v", {"model_type": "glm4v", "text_config": {
+        "model_type": "glm4v_text", "hidden_size": 4096, "num_attention_heads": 32, "partial_rotary_factor": 0.5,
+        "rope_theta": 10000.0, "rope_scaling": {"type": "default", "mrope_section": [8, 12, 12]}}}),
+    "ernie4_5_vl_moe (v4 spelling)": ("ernie4_5_vl_moe", {"model_type": "ernie4_5_vl_moe", "text_config": {
+        "model_type": "ernie4_5_vl_moe_text", "hidden_size": 2560, "num_attention_heads": 20,
+        "rope_theta": 500000.0, "rope_scaling": {"rope_type": "default", "mrope_section": [22, 22, 20]}}}),
+}  # fmt: skip
+#: what each v4 dict means: (head_dim, rotary_dim, base, mrope_section, map scheme, pairing)
+V4_EXPECTED = {
+    "qwen2_vl hub (flat)": (128, 128, 1e6, (16, 24, 24), "contiguous", "half"),
+    "qwen2_vl re-saved (nested)": (128, 128, 1e6, (16, 24, 24), "contiguous", "half"),
+    "qwen2_5_vl hub (flat)": (128, 128, 1e6, (16, 24, 24), "contiguous", "half"),
+    "qwen2_5_vl re-saved (nested)": (128, 128, 1e6, (16, 24, 24), "contiguous", "half"),
+    "qwen3_vl": (128, 128, 5e6, (24, 20, 20), "interleaved", "half"),
+    "qwen3_vl_moe": (128, 128, 5e6, (24, 20, 20), "interleaved", "half"),
+    "glm4v": (128, 64, 1e4, (8, 12, 12), "contiguous", "interleaved"),
+    "ernie4_5_vl_moe (v4 spelling)": (
+        128,
+        128,
+        5e5,
+        (20, 22, 22),
+        "lta",
+        "interleaved",
+    ),  # ropekit order t, h, w
+}
+_CLASSES = {"qwen2_vl": "Qwen2VLConfig", "qwen2_5_vl": "Qwen2_5_VLConfig", "qwen3_vl": "Qwen3VLConfig",
+            "qwen3_vl_moe": "Qwen3VLMoeConfig", "glm4v": "Glm4vConfig"}  # fmt: skip
+
+
+def _v5_config(family: str, v4: dict):
+    """transformers 5's own reading of the v4 dict (its backward-compatible path): the rotation oracle."""
+    import copy
+    import warnings
+
+    kw = {k: v for k, v in copy.deepcopy(v4).items() if k != "model_type"}
+    if "text_config" in kw:
+        kw["text_config"] = {k: v for k, v in kw["text_config"].items() if k != "model_type"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return _ernie_config(**kw) if family == "ernie4_5_vl_moe" else getattr(T, _CLASSES[family])(**kw)
+
+
+@pytest.mark.parametrize("name", sorted(V4))
+def test_v4_schemas(name: str) -> None:
+    import copy
+
+    family, v4 = V4[name]
+    spec = RopeSpec.from_hf(copy.deepcopy(v4))
+    head_dim, rotary_dim, base, sections, scheme, layout = V4_EXPECTED[name]
+    assert (spec.head_dim, spec.rotary_dim, spec.base, spec.layout) == (head_dim, rotary_dim, base, layout)
+    assert spec.axes is not None and spec.axes.sections == sections and spec.axes.scheme == scheme
+    m, emb = _hf_rotary(family, _v5_config(family, v4).text_config)
+    q, k = torch.randn(1, 2, 9, head_dim), torch.randn(1, 2, 9, head_dim)
+    pos = torch.randint(0, 40, (3, 1, 9))  # small: transformers' float32 angles are then exact to ~1e-5
+    qh, kh = m.apply_rotary_pos_emb(q, k, *emb(q, pos))
+    qr, kr = apply_rope_axes(q, k, pos, spec, format="bhsd")
+    torch.testing.assert_close(qr, qh, atol=3e-5, rtol=1e-5)
+    torch.testing.assert_close(kr, kh, atol=3e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "family", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v", "ernie4_5_vl_moe"]
+)
+def test_missing_rope_theta_takes_transformers_default_of_that_schema(family: str) -> None:
+    """No ``rope_theta`` anywhere: v5 (``rope_parameters``) -> transformers 5's class default (asked from the class
+    itself); v4 (``rope_scaling``) -> the v4 class default, written from transformers v4's source."""
+    sec = {"qwen3_vl": [24, 20, 20], "qwen3_vl_moe": [24, 20, 20], "glm4v": [8, 12, 12],
+           "ernie4_5_vl_moe": [22, 22, 20]}.get(family, [16, 24, 24])  # fmt: skip
+    text = {"model_type": f"{family}_text", "head_dim": 128, "hidden_size": 4096, "num_attention_heads": 32}
+    if family == "glm4v":
+        text["partial_rotary_factor"] = 0.5
+    v5 = {"model_type": family, "text_config": {**text, "rope_parameters": {"rope_type": "default",
+                                                                             "mrope_section": sec}}}  # fmt: skip
+    v4 = {
+        "model_type": family,
+        "text_config": {**text, "rope_scaling": {"type": "default", "mrope_section": sec}},
+    }
+    want_v5 = _v5_config(family, {"model_type": family}).text_config.rope_parameters["rope_theta"]
+    want_v4 = {"qwen3_vl": 5e6, "qwen3_vl_moe": 5e6, "glm4v": 1e4, "ernie4_5_vl_moe": 5e5}.get(family, 1e6)
+    assert RopeSpec.from_hf(v5).base == want_v5
+    assert RopeSpec.from_hf(v4).base == want_v4
