@@ -68,7 +68,8 @@ def _impls(
     max_len: int,
 ) -> dict[str, Callable[[], Any]]:
     """floor, then for the 1-D spec and each multi-axis spec (name -> spec, "1-d" first) every entry point."""
-    impls: dict[str, Callable[[], Any]] = {"floor: copy_ q, k": lambda: (q.clone(), k.clone())}
+    qo, ko = torch.empty_like(q), torch.empty_like(k)
+    impls: dict[str, Callable[[], Any]] = {"floor: copy_ q, k": lambda: (qo.copy_(q), ko.copy_(k))}
     for name, spec in specs.items():
         pos = pos1 if spec.axes is None else posn
         cos, sin = rope_tables(pos, spec) if spec.axes is None else axis_tables(pos, spec)
