@@ -208,7 +208,20 @@ def _gather_bands(cache: Any, pos: torch.Tensor, spec: RopeSpec) -> tuple[torch.
         return None
     if hi >= cache.length:
         cache.grow(1 << hi.bit_length())
-    rows: torch.Tensor = cache.rows
-    band = pos.to(torch.int64).movedim(0, -1).index_select(-1, _slots(spec, pos.device)).reshape(-1, n)
+    rows: torch.Tensor = cache.rows  # [2, L, n]
+    flat = pos.reshape(pos.shape[0], -1).to(torch.int64)  # [A, N]
+    per_band = flat.index_select(0, _slots(spec, pos.device)).t()  # [N, n] view: band j's position per token
+    idx = per_band * n + _band_offsets(n, pos.device)  # row-major index of (position, band) in a [L, n] table
+    both = rows.reshape(2, -1).index_select(1, idx.reshape(-1))  # [2, N * n]: cos and sin in one pass
     shape = (*pos.shape[1:], n)
-    return rows[0].gather(0, band).reshape(shape), rows[1].gather(0, band).reshape(shape)
+    return both[0].view(shape), both[1].view(shape)
+
+
+@functools.lru_cache(maxsize=64)
+def _band_offsets_cpu(n: int) -> torch.Tensor:
+    return torch.arange(n, dtype=torch.int64)
+
+
+def _band_offsets(n: int, device: torch.device) -> torch.Tensor:
+    t = _band_offsets_cpu(n)
+    return t if device.type == "cpu" else t.to(device)
