@@ -23,11 +23,18 @@ from typing import Any
 import torch
 
 from ropekit.phases import check_positions, rope_tables
-from ropekit.rotation.apply import FORMATS, Format, _check_positions_shape, apply_rope_tables
+from ropekit.rotation.apply import FORMATS, Format, _check_positions_shape, apply_rope, apply_rope_tables
 from ropekit.spec import RopeSpec
 from ropekit.table_cache import shared_cache
 
-__all__ = ["apply_rope_axes", "axis_tables", "check_axis_positions", "rotary_forward_axes", "select_axes"]
+__all__ = [
+    "apply_rope_axes",
+    "axis_tables",
+    "check_axis_positions",
+    "equal_axes_row",
+    "rotary_forward_axes",
+    "select_axes",
+]
 
 
 def check_axis_positions(positions: object, spec: RopeSpec, name: str = "positions") -> torch.Tensor:
@@ -154,6 +161,9 @@ def apply_rope_axes(
     _check_positions_shape(pos[0], q, format)
     if format != "thd" and pos.dim() == 3 and pos.shape[1] == 1:
         pos = pos[:, 0]
+    same = equal_axes_row(pos, spec)
+    if same is not None:  # every axis at the same position (text tokens, decoding): exactly plain RoPE
+        return apply_rope(q, k, same, _one_axis(spec), format=format, inplace=inplace, backend=backend)
     need64 = q.dtype == torch.float64 or (k is not None and k.dtype == torch.float64)
     hit = None
     if not (need64 or pos.dtype.is_floating_point or pos.numel() == 0 or torch.compiler.is_compiling()):
@@ -164,6 +174,21 @@ def apply_rope_axes(
     else:
         cos, sin = axis_tables(pos, spec, dtype=torch.float64 if need64 else torch.float32, device=q.device)
     return apply_rope_tables(q, k, cos, sin, spec, format=format, inplace=inplace, backend=backend)
+
+
+def equal_axes_row(positions: torch.Tensor, spec: RopeSpec) -> torch.Tensor | None:
+    """Row 0 of validated positions [A, *P] when every axis holds the same positions, else None.
+
+    Then every band turns at that one position: the rotation is exactly the 1-D one (same frequencies, same
+    rows of the exact tables), so callers take the 1-D path and its decode fast path. One comparison and one
+    host sync; never under ``torch.compile`` (returns None there: no data-dependent branch).
+    """
+    pos = check_axis_positions(positions, spec)
+    if pos.shape[0] == 1:
+        return pos[0]
+    if pos.numel() == 0 or pos.device.type == "meta" or torch.compiler.is_compiling():
+        return None
+    return pos[0] if bool((pos[1:] == pos[:1]).all()) else None
 
 
 def rotary_forward_axes(

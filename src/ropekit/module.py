@@ -152,9 +152,12 @@ class Rotary(nn.Module):
             (q_rot, k_rot), k_rot None when k is None.
         """
         if self.spec.axes is not None:  # multi-axis spec: positions [n_axes, ...] (ropekit.axis_tables)
-            from ropekit.axis_tables import rotary_forward_axes
+            from ropekit.axis_tables import equal_axes_row, rotary_forward_axes
 
-            return rotary_forward_axes(self, q, k, positions, inplace)
+            same = equal_axes_row(positions, self.spec)  # all axes equal: exactly the 1-D rotation below
+            if same is None:
+                return rotary_forward_axes(self, q, k, positions, inplace)
+            positions = same
         akey, out = self._decode_fast(q, k, positions, inplace)
         if out is not None:
             return out

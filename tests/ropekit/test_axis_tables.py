@@ -310,3 +310,35 @@ def test_apply_rope_axes_reads_integer_positions_from_the_shared_cache(
     apply_rope_axes(q, k, pos - 4000, spec)  # negative positions: the exact builder
     apply_rope_axes(q, k, pos.double() + 0.5, spec)  # continuous positions: the exact builder
     assert len(calls) == 2
+
+
+@pytest.mark.parametrize("kind", ["function", "module"])
+def test_equal_axes_take_the_one_d_path_bit_identically(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Text tokens and decoding steps have t = h = w: the rotation is then exactly 1-D (the 1-D path and its decode
+    fast path are taken), bit-identical to the multi-axis tables axis_tables builds; any unequal row goes back to
+    the multi-axis path."""
+    import sys
+
+    at = sys.modules["ropekit.axis_tables"]
+    spec = qwen3_vl_spec(16, 1e4, (4, 2, 2))
+    rot = Rotary(spec, max_seq_len=16)
+    q, k = torch.randn(4, 1, 3, 16), torch.randn(4, 1, 1, 16)
+    pos = (3000 + torch.arange(4)).view(1, 4, 1).expand(3, 4, 1).contiguous()  # a decode step of 4 sequences
+    cos, sin = axis_tables(pos, spec)  # the builder, at multi-axis positions
+    want = apply_rope_tables(q, k, cos, sin, spec)
+    call = (
+        (lambda p: apply_rope_axes(q, k, p, spec))
+        if kind == "function"
+        else (lambda p: rot(q, k, positions=p))
+    )
+    taken: list[str] = []
+    real_fwd, real_gather = at.rotary_forward_axes, at._gather_bands
+    monkeypatch.setattr(at, "rotary_forward_axes", lambda *a: taken.append("multi") or real_fwd(*a))
+    monkeypatch.setattr(at, "_gather_bands", lambda *a: taken.append("multi") or real_gather(*a))
+    got = call(pos)
+    assert taken == [] and torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])  # type: ignore[arg-type]
+    pos[2, 1, 0] += 1  # one token's w differs: the multi-axis path
+    got = call(pos)
+    cos, sin = axis_tables(pos, spec)
+    want = apply_rope_tables(q, k, cos, sin, spec)
+    assert taken and torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])  # type: ignore[arg-type]

@@ -18,7 +18,9 @@ Each is timed through what users call, next to the 1-D spec of the same head dim
 
 Rows carry ``ratio_to_1d`` (multi-axis median / the same entry point's 1-D median, same rounds) besides the
 ``ratio_to_floor`` of every mode. Shapes, format "bhsd": prefill 1 x 16 q heads x 4 kv heads x 2048 tokens (512 with
---quick), decode 32 sequences x 1 token at positions near 3000; vision 1 x 16 x 16 x 1024 patches (256 quick).
+--quick) with a square image grid in its middle (t fixed, h and w the grid), decode 32 sequences x 1 generated text
+token at positions near 3000 (t = h = w, as in generation: the 1-D path is taken, :func:`ropekit.axis_tables.
+equal_axes_row`); vision 1 x 16 x 16 x 1024 patches (256 quick).
 """
 
 from __future__ import annotations

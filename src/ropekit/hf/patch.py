@@ -237,7 +237,8 @@ def patch(model: nn.Module, *, cache_correct: bool = False) -> nn.Module:
     """Make a transformers model compute its rotary tables and rotations with ropekit; returns the model.
 
     Args:
-        model: a transformers model (any head; multimodal models get their recognised text rotary patched).
+        model: a transformers model (any head; vision-language models get their M-RoPE text rotary and their
+            vision rotaries patched too, :mod:`ropekit.hf.patch_vl`).
         cache_correct: with dynamic NTK or LongRoPE, re-rotate cached keys when the frequencies switch, so
             token-by-token generation equals a full forward at every length (:mod:`ropekit.hf.cache_correct`).
             Default False: transformers' own behaviour (stale cached keys).
