@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 
 import pytest
-import timm
 import torch
 from timm.layers import RotAttentionPool2d
 from timm.layers.pos_embed_sincos import (
