@@ -53,6 +53,7 @@ REFUSED: dict[str, str] = {
 _RECORD = "_ropekit_timm_patch"
 _PROBE = (3, 5)
 _FN = "apply_rot_embed_cat"
+_LOW = (torch.float16, torch.bfloat16)
 #: state of the wrapped function: [original, wrapper, the patched models (weakly)]
 _STATE: list[Any] = []
 
@@ -194,6 +195,12 @@ def _plan(model: nn.Module) -> list[tuple[nn.Module, str, RopeSpec | None]]:
             continue
         why = _verify(m, kind, spec)
         if why is not None:
+            low = sorted({str(t.dtype) for t in (*m.parameters(), *m.buffers()) if t.dtype in _LOW})
+            if low:
+                why += (
+                    f" (the module holds {', '.join(low)} tensors: timm then forms its tables in low precision, "
+                    "which ropekit does not imitate; patch the float32 model and use autocast)"
+                )
             refused.append(f"{where}: {why}")
             continue
         todo.append((m, kind, spec))
