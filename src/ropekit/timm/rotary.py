@@ -82,6 +82,10 @@ class RopekitTimmRotary:
             raise ValueError(
                 f"{type(self).__name__}.get_embed needs a shape: the module caches no feat_shape (timm raises too)"
             )
+        if len(use) != 2:
+            raise ValueError(
+                f"{type(self).__name__}: ropekit's tables need a 2-D grid (H, W), got shape {use!r}"
+            )
         return int(use[0]), int(use[1])
 
     def get_embed(self, shape: Any = None) -> Any:

@@ -196,3 +196,12 @@ def test_naflexvit_variable_size_batch(rope_type: str) -> None:
         with rt.patched(model):
             got = model(copy.copy(batch))
     assert rel_err(got, ref) <= 1e-4
+
+
+def test_grid_must_be_two_dimensional() -> None:
+    rope = RotaryEmbeddingCat(32, in_pixels=False)
+    with (
+        rt.patched(Holder(rope)),
+        pytest.raises(ValueError, match=r"2-D grid \(H, W\), got shape \(2, 3, 4\)"),
+    ):
+        rope.get_embed((2, 3, 4))
