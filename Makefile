@@ -6,7 +6,13 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: demo report test test-all clean report-screenshot test-hf-suite
+.PHONY: demo report test test-all clean report-screenshot test-hf-suite test-timm
+
+# ropekit.timm's tests run in a second environment: timm needs torchvision, and PyPI's torchvision does not import
+# beside the pinned CPU torch; torch 2.14.1 + torchvision 0.29.1 are a matching pair (a CUDA build, ~5.5 GB, that
+# runs on the CPU). Cold set-up ~4 min on a loaded 2-core machine (README, docs/vision.md).
+VENV_TIMM ?= .venv-timm
+TIMM_TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,10 +45,20 @@ $(VENV)/.plot: $(VENV)/.core
 report: $(VENV)/.plot
 	$(BIN)/ropekit report llama-3.1-8b --out report
 
-test: $(VENV)/.dev $(VENV)/.chromium
+test: $(VENV)/.dev $(VENV)/.chromium $(VENV_TIMM)/.timm
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
+	$(VENV_TIMM)/bin/python -m pytest -q -m timm tests/ropekit/timm
+
+$(VENV_TIMM)/.timm: pyproject.toml
+	$(PYTHON) -m venv $(VENV_TIMM)
+	$(VENV_TIMM)/bin/python -m pip install -q $(TIMM_TORCH_SPEC) -e ".[dev,timm]"
+	touch $@
+
+# only the timm tests (tests/ropekit/timm), in .venv-timm
+test-timm: $(VENV_TIMM)/.timm
+	$(VENV_TIMM)/bin/python -m pytest -q -m timm tests/ropekit/timm
 
 test-all: $(VENV)/.dev
 	$(BIN)/python -m pytest -q -m ""
@@ -57,4 +73,4 @@ test-hf-suite: $(VENV)/.dev
 	$(BIN)/python tools/hf_suite/run.py
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis .mypy_cache
+	rm -rf $(VENV) $(VENV_TIMM) build src/*.egg-info .pytest_cache .hypothesis .mypy_cache

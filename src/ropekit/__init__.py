@@ -19,6 +19,7 @@ Public API:
 Subpackages imported on demand:
     ropekit.distributed context parallelism: global positions of sequence shards (contiguous, zigzag, stripe,
                         packed documents), ring attention and Ulysses all-to-all on torch.distributed
+    ropekit.timm        timm's rotary ViTs (EVA-02, RoPE-ViT axial/mixed, DINOv3, NaFlexViT) on ropekit: patch(model)
 """
 
 from ropekit import scaling

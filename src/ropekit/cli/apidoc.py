@@ -29,6 +29,7 @@ MODULES: tuple[str, ...] = (
     "ropekit.presets",
     "ropekit.analysis",
     "ropekit.hf",
+    "ropekit.timm",
 )
 _HEADER = """# API reference
 
