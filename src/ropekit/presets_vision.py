@@ -4,9 +4,9 @@
 
 A vision tower has no config.json RoPE keys that ``RopeSpec.from_hf`` parses, so each preset holds the spec built
 by :mod:`ropekit.presets_vl` and the extent of every axis (patches per side at the stated image size; DINOv3's
-normalised box is 2 wide). The preset's context is the largest extent + 1 (positions reach the grid side, or
-the side + 1 for Llama 4's 1-based coordinates), so the 1-D band table and the per-axis table are judged over the
-same distances. Facts: ``shared/reference/multiaxis.md`` sections 1, 8 and the models' configs.
+normalised box is 2 wide). The preset's context is the largest extent (positions 0 .. side - 1 reach
+``context - 1``; one more for Llama 4's 1-based coordinates), so the 1-D band table and the per-axis table are
+judged over the same distances. Facts: ``shared/reference/multiaxis.md`` sections 1, 8 and the models' configs.
 
 Shapes: none (registry only).
 """
