@@ -13,21 +13,21 @@ from ropekit.lab.vit import ENCODINGS
 
 
 def test_tiny_run_writes_outputs_and_resumes(tmp_path: Path) -> None:
-    res = vision.run(tmp_path, tiny=True, seeds=2)
+    res = vision.run(tmp_path, tiny=True, seeds=1)
     assert EXPERIMENTS["vision"] is vision.run
     for ext in ("json", "md", "png"):
         assert (tmp_path / f"vision.{ext}").stat().st_size > 0
     rows = res["results"]
     assert {(r["encoding"], r["seed"], r["grid"]) for r in rows} == {
-        (e, s, g) for e in ENCODINGS for s in (0, 1) for g in vision.GRIDS
+        (e, 0, g) for e in ENCODINGS for g in vision.GRIDS
     }
     for r in rows:  # accuracy of the 4 classes is at most each bit's accuracy, and >= their sum - 1
         assert r["absolute_bit"] + r["relative_bit"] - 1 <= r["accuracy"] + 1e-12
         assert r["accuracy"] <= min(r["absolute_bit"], r["relative_bit"]) + 1e-12
     saved = json.loads((tmp_path / "vision.json").read_text())
     assert saved["results"] == rows and len(saved["claims"]) == len(res["claims"]) > 0
-    assert "only 2 seed(s)" in "".join(res["claims"])  # 2 seeds: inconclusive, and it says why
-    again = vision.run(tmp_path, tiny=True, seeds=2)  # every part is on disk: nothing is retrained
+    assert "only 1 seed(s)" in "".join(res["claims"])  # 1 seed: inconclusive, and it says why
+    again = vision.run(tmp_path, tiny=True, seeds=1)  # every part is on disk: nothing is retrained
     assert again["results"] == rows and again["training_cpu_seconds"] == res["training_cpu_seconds"]
 
 
@@ -50,6 +50,18 @@ def test_claims_judge_accuracy_at_the_larger_grid() -> None:
     assert any(ln.startswith("RoPE-Mixed beats learned") and "**inconclusive**" in ln for ln in lines)
     mixed_vs_axial = next(ln for ln in lines if ln.startswith("RoPE-Mixed beats 2-D axial"))
     assert "**inconclusive**" in mixed_vs_axial and "rope-mixed 0.637 [0.55..0.71]" in mixed_vs_axial
+
+
+def test_retention_separates_the_resolution_effect_from_training() -> None:
+    rows = _rows({"learned": [0.99, 0.98, 0.97], "rope-axial": [0.60, 0.62, 0.61]}, 8)
+    rows += _rows({"learned": [0.80, 0.78, 0.79], "rope-axial": [0.57, 0.60, 0.58]}, 16)
+    assert vision.retention(rows, "rope-axial", 16) == pytest.approx([0.57 / 0.60, 0.60 / 0.62, 0.58 / 0.61])
+    lines = [v.line() for v in vision.claims(rows, ("learned", "rope-axial"), (8, 16))]
+    at16 = next(
+        ln for ln in lines if ln.startswith("2-D axial RoPE beats learned absolute (interpolated) at 16")
+    )
+    kept = next(ln for ln in lines if ln.startswith("2-D axial RoPE keeps more"))
+    assert "**not reproduced**" in at16 and "**reproduced**" in kept
 
 
 def test_cli_refuses_text_lab_options(tmp_path: Path) -> None:

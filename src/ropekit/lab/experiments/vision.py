@@ -29,7 +29,18 @@ from ropekit.lab.experiments.common import environment, md_table, write_outputs
 from ropekit.lab.verdicts import Verdict, below, greater
 from ropekit.lab.vit import ENCODINGS, TinyViT, ViTConfig
 
-__all__ = ["GRIDS", "PUBLISHED", "VisionBudget", "accuracy", "run", "train_vit", "vision_budget"]
+__all__ = [
+    "GRIDS",
+    "PUBLISHED",
+    "VisionBudget",
+    "accuracy",
+    "claims",
+    "retention",
+    "run",
+    "train_vit",
+    "values",
+    "vision_budget",
+]
 
 GRIDS = (8, 12, 16)
 TRAIN_GRID = 8
@@ -266,6 +277,11 @@ def values(rows: list[dict[str, Any]], enc: str, grid: int, key: str = "accuracy
     ]
 
 
+def retention(rows: list[dict[str, Any]], enc: str, grid: int) -> list[float]:
+    """Per seed: accuracy at ``grid`` divided by accuracy at the training grid (same model)."""
+    return [a / b for a, b in zip(values(rows, enc, grid), values(rows, enc, TRAIN_GRID))]
+
+
 def claims(rows: list[dict[str, Any]], encodings: tuple[str, ...], grids: tuple[int, ...]) -> list[Verdict]:
     """RoPE-ViT's direction at each larger grid, plus the task's sanity claims; judged on accuracy per seed."""
     have, out = set(encodings), []
@@ -299,6 +315,19 @@ def claims(rows: list[dict[str, Any]], encodings: tuple[str, ...], grids: tuple[
                     ("rope-1d", values(rows, "rope-1d", g)),
                 )
             )
+    top = max(grids)
+    if TRAIN_GRID in grids and top > TRAIN_GRID:
+        for enc, name in (("rope-axial", "2-D axial RoPE"), ("rope-mixed", "RoPE-Mixed")):
+            if {enc, "learned"} <= have:
+                out.append(
+                    greater(
+                        f"{name} keeps more of its 8x8 accuracy at {top}x{top} than learned absolute "
+                        "(the resolution effect alone, whatever each seed reached at 8x8)",
+                        f"accuracy at {top}x{top} / accuracy at 8x8",
+                        (enc, retention(rows, enc, top)),
+                        ("learned", retention(rows, "learned", top)),
+                    )
+                )
     if "none" in have and TRAIN_GRID in grids:
         out.append(
             below(
