@@ -81,7 +81,7 @@ class DinoV3Rotary(nn.Module):
         coords = normalized_grid(
             grid[0],
             grid[1],
-            normalize=self.normalize,  # type: ignore[arg-type]
+            normalize=self.normalize,
             shift=self.shift if aug else None,
             jitter=self.jitter if aug else None,
             rescale=self.rescale if aug else None,

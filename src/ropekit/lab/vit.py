@@ -107,7 +107,8 @@ class _Block(nn.Module):
         assert k is not None
         att = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
         x = x + self.proj(att.transpose(1, 2).reshape(b, s, -1))
-        return x + self.mlp(self.norm2(x))
+        out: torch.Tensor = x + self.mlp(self.norm2(x))
+        return out
 
 
 class TinyViT(nn.Module):

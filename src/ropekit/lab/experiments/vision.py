@@ -101,7 +101,7 @@ def train_vit(encoding: str, b: VisionBudget, seed: int) -> tuple[TinyViT, list[
         x, y = shapes.batch(b.batch, TRAIN_GRID, gen, noise=b.noise)
         loss = F.cross_entropy(model(x), y)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]  # torch declares Tensor.backward without annotations
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         losses.append(float(loss.detach()))
@@ -255,7 +255,7 @@ def _part(
             f.write(str(os.getpid()))
         ts, cs = time.perf_counter(), time.process_time()
         model, losses = train_vit(enc, b, seed)
-        rows = [
+        rows: list[dict[str, Any]] = [
             {"encoding": enc, "seed": seed, "grid": g, **accuracy(model, test, g, b.noise, seed)}
             for g in grids
         ]
