@@ -13,8 +13,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.colors import ListedColormap
 
+from ropekit import AxisMap, RopeSpec
 from ropekit.positions.multimodal import VisionBlock, mrope_positions
 from ropekit.presets_vl import (
+    axial_spec,
     dinov3_spec,
     ernie_vl_spec,
     glm4v_spec,
@@ -67,13 +69,15 @@ def axis_maps_figure() -> None:
         ("RoPE-ViT axial x | y complex", rope_vit_axial_spec(128)),
         ("Llama 4 vision x+1 | y+1 complex", llama4_vision_spec(128)),
         ("DINOv3 rows | cols half", dinov3_spec(128)),
+        ("Pixtral native (Mistral) even / odd", RopeSpec(128, base=1e4, axes=AxisMap.even_odd(64))),
+        ("3-D axial video [16,24,24] t | row | col", axial_spec(128, (16, 24, 24))),
     ]
     colour = {"t": 0, "h": 1, "row": 1, "x": 1, "w": 2, "col": 2, "y": 2}
     grid = []
     for _, spec in fams:
         row = [colour[spec.axes.names[a]] for a in spec.axes.slots]  # type: ignore[union-attr]
         grid.append(row + [3] * (64 - len(row)))
-    fig, ax = plt.subplots(figsize=(11, 4.2))
+    fig, ax = plt.subplots(figsize=(11, 4.8))
     ax.imshow(grid, cmap=ListedColormap(["#4c72b0", "#dd8452", "#55a868", "#eeeeee"]), aspect="auto")
     ax.set_yticks(range(len(fams)), [f for f, _ in fams], fontsize=8)
     ax.set_xlabel("band (slot) j = 0 .. n-1, high frequency -> low frequency (vision: within each block)")

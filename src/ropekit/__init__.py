@@ -15,6 +15,7 @@ Public API:
     apply_rope_axes     rotate q and k at multi-axis positions [n_axes, ...]
     axis_tables         exact cos/sin tables for multi-axis positions
     MixedRotary         RoPE-Mixed: learnable per-head 2-D frequencies (nn.Module)
+    DinoV3Rotary        DINOv3's 2-D RoPE (nn.Module): shift / jitter / rescale in training mode only
 
 Subpackages imported on demand:
     ropekit.distributed context parallelism: global positions of sequence shards (contiguous, zigzag, stripe,
@@ -25,6 +26,7 @@ Subpackages imported on demand:
 from ropekit import scaling
 from ropekit.axes import AxisMap
 from ropekit.axis_tables import apply_rope_axes, axis_tables
+from ropekit.dinov3 import DinoV3Rotary
 from ropekit.mixed import MixedRotary
 from ropekit.module import Rotary
 from ropekit.phases import rope_tables
@@ -38,6 +40,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AxisMap",
+    "DinoV3Rotary",
     "MixedRotary",
     "RopeSpec",
     "Rotary",

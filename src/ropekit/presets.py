@@ -328,3 +328,6 @@ def get_preset(name: str) -> Preset:
 def preset_spec(name: str, layer_type: str | None = None) -> RopeSpec:
     """The RopeSpec of a preset (for per-layer-type models, the last layer type unless ``layer_type`` is given)."""
     return get_preset(name).spec(layer_type)
+
+# Vision-tower presets (2-D / 3-D RoPE at their patch grids) live in presets_vision.py; importing it registers them.
+import ropekit.presets_vision  # noqa: F401

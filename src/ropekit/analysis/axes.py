@@ -14,6 +14,7 @@ Shapes: n bands (slots), A axes.
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -95,6 +96,7 @@ def axis_report(spec: RopeSpec, extents: Mapping[str, float]) -> dict[str, Any]:
         )
     return {
         "map": spec.axes.letters(),
+        "extents": {n: float(extents[n]) for n in spec.axes.names},
         "scheme": spec.axes.scheme,
         "sections": list(spec.axes.sections),
         "axes": per_axis,
@@ -122,4 +124,22 @@ def format_axis_report(rep: Mapping[str, Any]) -> str:
             f"  {a['axis']:<5} {a['n_bands']:>5} {_g(a['extent']):>8} {_g(a['shortest_wavelength']):>12} "
             f"{_g(a['longest_wavelength']):>11}  {a['wrapping_bands']} / {a['bands_longer_than_extent']}"
         )
+    lines.append("Wavelength (turns over the axis's extent) of each band, per axis:")
+    for a in rep["axes"]:
+        mine = [b for b in rep["bands"] if b["axis"] == a["axis"]]
+        cells = " ".join(f"{b['index']}:{_g(b['wavelength'])}({b['turns']:.3g})" for b in mine)
+        lines += textwrap.wrap(
+            f"{a['axis']}: {cells}" + _axis_note(a), 110, initial_indent="  ", subsequent_indent="      "
+        )
     return "\n".join(lines) + "\n"
+
+
+def _axis_note(a: Mapping[str, Any]) -> str:
+    """Seed 004 section 16.5 (5): an axis needs both short (fine) and long (coarse, monotone) wavelengths."""
+    if a["n_bands"] == 0:
+        return ""
+    if a["bands_longer_than_extent"] == 0:
+        return "  -- every band wraps within the extent: far positions alias without the other axes"
+    if a["wrapping_bands"] == 0:
+        return "  -- no band completes a turn within the extent: neighbouring positions are resolved coarsely"
+    return ""

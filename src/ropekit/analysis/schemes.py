@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -44,6 +44,8 @@ class SchemeTable:
     attention_factor: dict[str, float]  # scheme -> factor on cos/sin (logits scale by its square)
     original_length: int
     target: int
+    # scheme -> why it was left out (base-defined schemes on an explicit frequency table, e.g. a vision tower's)
+    not_applicable: dict[str, str] = field(default_factory=dict)
 
     @property
     def factor(self) -> float:
@@ -58,6 +60,7 @@ class SchemeTable:
             "wavelength": [v if math.isfinite(v) else None for v in self.wavelength.tolist()],
             "ratio": {k: v.tolist() for k, v in self.ratio.items()},
             "attention_factor": dict(self.attention_factor),
+            "not_applicable": dict(self.not_applicable),
         }
 
 
@@ -74,8 +77,15 @@ def scheme_table(
     columns: dict[str, RopeSpec] = {}
     if spec.scaling is not None:
         columns[f"model:{type(spec.scaling).__name__}"] = spec
+    refused: dict[str, str] = {}
     for name in schemes:
-        columns[name] = dataclasses.replace(spec, scaling=scheme(name, s, L0))
+        sc = scheme(name, s, L0)
+        if spec.freqs is not None and sc.needs_base:
+            refused[name] = (
+                f"{type(sc).__name__} is defined from the base; this spec has an explicit freqs table"
+            )
+            continue
+        columns[name] = dataclasses.replace(spec, scaling=sc)
     ratio = {}
     for name, sp in columns.items():
         th = sp.frequencies(target)
@@ -87,4 +97,5 @@ def scheme_table(
         attention_factor={name: sp.attention_factor for name, sp in columns.items()},
         original_length=L0,
         target=int(target),
+        not_applicable=refused,
     )

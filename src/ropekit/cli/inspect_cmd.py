@@ -51,11 +51,13 @@ def report(
     layer_type: str | None = None,
     window: int | None = None,
     layers: int | None = None,
+    extents: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """Everything ``inspect`` shows for one view, as plain data (an entry of ``--json``'s ``views``).
 
     Bands, critical dimension and base bound are judged at ``span`` (default ``context``); the phase error at
-    ``context``.
+    ``context``. Multi-axis specs also get the per-axis table, against ``extents`` (axis name -> extent: a vision
+    preset's patch grid) or :func:`ropekit.analysis.axes.default_extents`.
     """
     span = context if span is None else span
     r = int(spec.rotary_dim)  # type: ignore[arg-type]
@@ -87,17 +89,17 @@ def report(
             "phase_error_common_fp32": err.common_fp32,
             "phase_error_ropekit": err.ropekit,
         },
-        **_axes_section(spec, context),
+        **_axes_section(spec, context, extents),
     }
 
 
-def _axes_section(spec: RopeSpec, context: int) -> dict[str, Any]:
+def _axes_section(spec: RopeSpec, context: int, extents: dict[str, float] | None = None) -> dict[str, Any]:
     """Multi-axis specs: bands per axis and wavelengths against each axis's extent (ropekit.analysis.axes)."""
     if spec.axes is None:
         return {}
     from ropekit.analysis.axes import axis_report, default_extents
 
-    return {"axes": axis_report(spec, default_extents(spec, context))}
+    return {"axes": axis_report(spec, extents or default_extents(spec, context))}
 
 
 def _fmt(x: float) -> str:
@@ -191,7 +193,15 @@ def run(spec: RopeSpec, context: int, *, as_json: bool, out: TextIO) -> int:
 def run_views(source: str | None, views: list[LayerView], *, as_json: bool, out: TextIO) -> int:
     """``inspect`` of every view (one per layer type); JSON ``{"source", "views": [report, ...]}``."""
     reps = [
-        report(v.spec, v.context, span=v.span, layer_type=v.layer_type, window=v.window, layers=v.layers)
+        report(
+            v.spec,
+            v.context,
+            span=v.span,
+            layer_type=v.layer_type,
+            window=v.window,
+            layers=v.layers,
+            extents=getattr(v, "extents", None),  # vision presets: the patch grid (ropekit.presets_vision)
+        )
         for v in views
     ]
     if as_json:
@@ -236,6 +246,27 @@ def run_compare(
     )
 
 
+def _applicable(spec: RopeSpec, schemes: tuple[str, ...]) -> tuple[tuple[str, ...], dict[str, str]]:
+    """Split ``schemes`` into those ``spec`` accepts and those it refuses (name -> the spec's reason): a vision
+    tower's explicit per-axis frequency table (ropekit.presets_vision) has no base for NTK / dynamic / YaRN."""
+    import dataclasses
+
+    from ropekit.analysis.compare import build_scheme
+
+    usable, refused = [], {}
+    for name in schemes:
+        if name == "longrope" or spec.freqs is None:
+            usable.append(name)  # compare_schemes explains longrope itself
+            continue
+        try:
+            dataclasses.replace(spec, scaling=build_scheme(name, 2.0, 1024))
+        except ValueError as e:
+            refused[name] = str(e)
+            continue
+        usable.append(name)
+    return tuple(usable), refused
+
+
 def run_compare_views(
     source: str | None,
     views: list[LayerView],
@@ -261,7 +292,12 @@ def run_compare_views(
             entries.append({**head, "skipped": reason})
             continue
         t = default_target(v.spec, v.context) if target is None else target
-        entries.append({**head, **compare_schemes(v.spec, context=v.context, target=t, schemes=schemes)})
+        usable, refused = _applicable(v.spec, schemes)
+        if not usable:
+            entries.append({**head, "skipped": "no requested scheme applies: " + "; ".join(refused.values())})
+            continue
+        entry = compare_schemes(v.spec, context=v.context, target=t, schemes=usable)
+        entries.append({**head, **entry, **({"not_applicable": refused} if refused else {})})
     if as_json:
         json.dump({"source": source, "views": entries}, out, indent=2)
         out.write("\n")
@@ -275,4 +311,8 @@ def run_compare_views(
             out.write(f"not compared: {e['skipped']}\n")
         else:
             _write_compare(v.spec, e, out)
+            out.writelines(
+                textwrap.fill(f"{name}: not applicable ({why})", 110, subsequent_indent="    ") + "\n"
+                for name, why in e.get("not_applicable", {}).items()
+            )
     return 0

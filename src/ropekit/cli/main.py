@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
         "lab", help="train small models with each positional encoding and test the seeds' claims"
     )
     pl.add_argument(
-        "experiment", choices=("extrapolation", "scaling", "frequencies", "passkey", "invariance")
+        "experiment", choices=("extrapolation", "scaling", "frequencies", "passkey", "invariance", "vision")
     )
     pl.add_argument(
         "--out",

@@ -116,7 +116,12 @@ def _spec_sections(spec: RopeSpec, context: int, name: str, out: dict[str, list[
         "scaling",
         f"Ratio 1 leaves a band untouched, {table.factor:g} interpolates it fully{own}; dynamic NTK (factor "
         f"{table.factor:g}, evaluated at the target) overshoots; LongRoPE needs searched per-band factors, so it "
-        "appears only as a LongRoPE model's own.",
+        "appears only as a LongRoPE model's own."
+        + (
+            f" Not applicable to this explicit frequency table: {', '.join(table.not_applicable)}."
+            if table.not_applicable
+            else ""
+        ),
         lambda: figures.schemes_figure(table, name),
     )
     m = decay_distances(context)

@@ -4,7 +4,7 @@
 from collections.abc import Callable
 from typing import Any
 
-from ropekit.lab.experiments import extrapolation, frequencies, invariance, passkey, scaling
+from ropekit.lab.experiments import extrapolation, frequencies, invariance, passkey, scaling, vision
 
 # each run(out, *, quick=..., seeds=..., ...) -> the JSON result; the options differ per experiment
 EXPERIMENTS: dict[str, Callable[..., dict[str, Any]]] = {
@@ -13,6 +13,7 @@ EXPERIMENTS: dict[str, Callable[..., dict[str, Any]]] = {
     "frequencies": frequencies.run,
     "passkey": passkey.run,
     "invariance": invariance.run,
+    "vision": vision.run,
 }
 
 __all__ = ["EXPERIMENTS"]

@@ -1,0 +1,142 @@
+"""DinoV3Rotary: DINOv3's RoPE against its formula (multiaxis.md 8.5), augmentations in training mode only."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from ropekit.dinov3 import DinoV3Rotary
+
+D, BASE = 16, 100.0
+
+
+def _centres(n: int) -> np.ndarray:
+    return (np.arange(n) + 0.5) / n * 2 - 1  # pixel centres in [-1, 1]
+
+
+def _oracle(x: np.ndarray, rows: np.ndarray, cols: np.ndarray, n_prefix: int) -> np.ndarray:
+    """float64 DINOv3 rotation of x [b, s, h, D]: slot k < D/4 turns by 2*pi*row/base^(4k/D), slot D/4 + k by
+    2*pi*col/base^(4k/D); half-split pairs (j, j + D/2); the prefix tokens unrotated."""
+    periods = BASE ** (4.0 * np.arange(D // 4) / D)
+    ang = np.concatenate(
+        [2 * math.pi * rows[:, None] / periods, 2 * math.pi * cols[:, None] / periods], axis=1
+    )
+    c, s = np.cos(ang)[None, :, None, :], np.sin(ang)[None, :, None, :]  # [1, HW, 1, D/2]
+    out = x.copy()
+    a, b = x[:, n_prefix:, :, : D // 2], x[:, n_prefix:, :, D // 2 :]
+    out[:, n_prefix:, :, : D // 2] = a * c - b * s
+    out[:, n_prefix:, :, D // 2 :] = b * c + a * s
+    return out
+
+
+def _q(h: int, w: int, n_prefix: int) -> torch.Tensor:
+    return torch.randn(
+        2, n_prefix + h * w, 3, D, dtype=torch.float64, generator=torch.Generator().manual_seed(0)
+    )
+
+
+def test_eval_mode_is_the_plain_normalised_grid_and_prefix_is_unrotated() -> None:
+    h, w = 4, 6
+    rope = DinoV3Rotary(D, shift=0.5, jitter=1.5, rescale=2.0, n_prefix=2).eval()
+    q = _q(h, w, 2)
+    got, none = rope(q, None, grid=(h, w))
+    rows, cols = np.meshgrid(_centres(h), _centres(w), indexing="ij")
+    ref = _oracle(q.numpy(), rows.ravel(), cols.ravel(), 2)
+    assert none is None
+    np.testing.assert_allclose(got.numpy(), ref, atol=1e-12)
+    assert torch.equal(got[:, :2], q[:, :2])
+    assert torch.equal(rope(q, None, grid=(h, w))[0], got)  # eval: deterministic, no draw
+    assert rope.positions((4, 1))[0, 2:].tolist() == [-0.75, -0.25, 0.25, 0.75]  # multiaxis.md's example
+
+
+def _fit(train: torch.Tensor, plain: torch.Tensor) -> tuple[float, float]:
+    """train = m * (plain + s) on one axis: returns (m, s), checking the fit is exact."""
+    x, y = plain.numpy(), train.numpy()
+    m, c = np.polyfit(x, y, 1)
+    np.testing.assert_allclose(m * x + c, y, atol=1e-12)
+    return float(m), float(c / m)
+
+
+def test_training_mode_shift_jitter_rescale_follow_the_formula() -> None:
+    h, w, shift, jit, resc = 5, 7, 0.3, 1.4, 2.0
+    ms: list[tuple[float, float]] = []
+    for seed in range(40):
+        rope = DinoV3Rotary(D, shift=shift, jitter=jit, rescale=resc, n_prefix=1, seed=seed).train()
+        plain = rope.eval().positions((h, w))[:, 1:]
+        pos = rope.train().positions((h, w))
+        assert torch.equal(pos[:, 0], torch.zeros(2, dtype=torch.float64))  # class token at the identity
+        (mr, sr), (mc, sc) = _fit(pos[0, 1:], plain[0]), _fit(pos[1, 1:], plain[1])
+        for m, s in ((mr, sr), (mc, sc)):
+            assert -shift <= s <= shift  # shift U(-s, s), applied before the scaling
+            assert 1 / (jit * resc) <= m <= jit * resc  # jitter per axis times the shared rescale
+        ms.append((mr, mc))
+    ratios = [math.log(mr / mc) for mr, mc in ms]  # the shared rescale cancels: the per-axis jitters remain
+    assert max(abs(r) for r in ratios) <= 2 * math.log(jit) + 1e-12 and len(set(ratios)) == len(ratios)
+
+
+def test_rescale_alone_is_shared_by_both_axes_and_spans_its_range() -> None:
+    rope = DinoV3Rotary(D, rescale=2.0, seed=1).train()
+    plain = DinoV3Rotary(D).eval().positions((6, 6))[:, 1:]
+    logs = []
+    for _ in range(300):
+        pos = rope.positions((6, 6))[:, 1:]
+        ratio = pos / plain
+        assert torch.allclose(ratio, ratio[0, 0].expand_as(ratio), rtol=1e-12)
+        logs.append(math.log(float(ratio[0, 0])))
+    lo, hi = min(logs), max(logs)
+    assert -math.log(2) <= lo < -0.9 * math.log(2) and 0.9 * math.log(2) < hi <= math.log(2)  # logU[1/2, 2]
+    assert abs(sum(logs) / len(logs)) < 0.1
+
+
+def test_training_rotation_equals_the_oracle_at_the_drawn_coordinates_and_is_seeded() -> None:
+    h, w = 3, 4
+    q, k = _q(h, w, 1), _q(h, w, 1).flip(0)
+    drawn = DinoV3Rotary(D, shift=0.2, rescale=1.5, seed=7).train().positions((h, w))  # the first draw
+    rope = DinoV3Rotary(D, shift=0.2, rescale=1.5, seed=7).train()
+    q1, k1 = rope(q, k, grid=(h, w))
+    assert k1 is not None
+    rows, cols = drawn[0, 1:].numpy(), drawn[1, 1:].numpy()
+    np.testing.assert_allclose(q1.numpy(), _oracle(q.numpy(), rows, cols, 1), atol=1e-12)
+    np.testing.assert_allclose(k1.numpy(), _oracle(k.numpy(), rows, cols, 1), atol=1e-12)
+    q2, _ = rope(q, k, grid=(h, w))
+    assert not torch.allclose(q1, q2)  # a new draw every training step
+    rope.eval()
+    q3, _ = rope(q, k, grid=(h, w))
+    plain_rows, plain_cols = np.meshgrid(_centres(h), _centres(w), indexing="ij")
+    np.testing.assert_allclose(
+        q3.numpy(), _oracle(q.numpy(), plain_rows.ravel(), plain_cols.ravel(), 1), atol=1e-12
+    )
+
+
+def test_bhsd_and_grad() -> None:
+    rope = DinoV3Rotary(D, format="bhsd", rescale=2.0).eval()
+    q = _q(2, 3, 1).transpose(1, 2).contiguous().requires_grad_(True)
+    out, _ = rope(q, None, grid=(2, 3))
+    out.square().sum().backward()
+    assert q.grad is not None
+    torch.testing.assert_close(q.grad, 2 * q.detach())  # a rotation preserves norms: d|Rq|^2/dq = 2q
+
+
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        ({"jitter": 0.5}, "jitter must be None or a number > 1"),
+        ({"shift": -1.0}, "shift must be None or a number > 0"),
+        ({"normalize": "mean"}, "normalize must be"),
+        ({"n_prefix": -1}, "n_prefix must be a non-negative int"),
+        ({"format": "thd"}, "format must be"),
+        ({"head_dim": 18}, "head_dim must be a positive multiple of 4"),
+    ],
+)
+def test_bad_arguments(kw: dict[str, object], match: str) -> None:
+    args: dict[str, object] = {"head_dim": D, **kw}
+    with pytest.raises(ValueError, match=match):
+        DinoV3Rotary(**args)  # type: ignore[arg-type]
+
+
+def test_wrong_token_count_is_refused() -> None:
+    with pytest.raises(ValueError, match="n_prefix \\+ H\\*W = 13 tokens"):
+        DinoV3Rotary(D).eval()(torch.zeros(1, 12, 2, D), None, grid=(3, 4))
