@@ -39,6 +39,7 @@ ROTARY_FAMILIES = [
     *("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "phi3", "gpt_neox", "cohere", "glm"),
     *("deepseek_v3", "gpt_oss", "olmo2", "granite", "starcoder2", "stablelm", "persimmon", "gptj", "phi"),
 ]
+DEFAULT_K = "not compil"
 _LINE = re.compile(r"^(\S+::\S+) (PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)\b")
 _SUMMARY = re.compile(r"^(FAILED|ERROR) (\S+::\S+)(?: - (.*))?$")
 
@@ -202,7 +203,7 @@ def per_family(args: argparse.Namespace) -> int:
     table = matrix(stored, _source(tests))
     print(table)
     if args.docs:
-        write_docs(Path(args.docs), table)
+        write_docs(Path(args.docs), f"{table}\n\nTests deselected: `-k {args.k!r}`." if args.k else table)
     print("no test that passes unpatched fails patched" if not bad else f"{bad} regressions")
     return 1 if bad else 0
 
@@ -256,8 +257,16 @@ def main() -> int:
     )
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per test file and mode")
     ap.add_argument("--docs", default=None, help="markdown file whose matrix markers receive the table")
-    ap.add_argument("-k", default=None, help="pytest -k expression")
+    ap.add_argument(
+        "-k",
+        default=None,
+        help=f"pytest -k expression (with --tests default {DEFAULT_K!r}: torch.compile tests take minutes each on "
+        "CPU; pass -k '' for every test)",
+    )
     args = ap.parse_args()
+    if args.tests and args.k is None:
+        args.k = DEFAULT_K
+    args.k = args.k or None
     return per_family(args) if args.tests else sdist_common(args)
 
 
