@@ -152,7 +152,7 @@ def _rebuild(state: CacheState, rotary: nn.Module, hist: torch.Tensor, new_len: 
     inputs = _prefix_inputs(state, hist.shape[1])
     layers = _layers(state.cache)
     saved = {k: rotary.__dict__[k] for k in ("max_seq_len_cached",) if k in rotary.__dict__}
-    inv_freq = rotary._buffers.get("inv_freq")
+    inv_freq = rotary._buffers.get("inv_freq")  # transformers' dynamic update may replace or overwrite it
     saved_inv = None if inv_freq is None else inv_freq.clone()
     for layer in layers:
         layer.reset()
@@ -163,8 +163,8 @@ def _rebuild(state: CacheState, rotary: nn.Module, hist: torch.Tensor, new_len: 
     finally:
         state.force_len = None
         rotary.__dict__.update(saved)  # transformers' own dynamic state, as before the extra forward
-        if saved_inv is not None:
-            rotary._buffers["inv_freq"] = saved_inv
+        if inv_freq is not None and saved_inv is not None:
+            rotary._buffers["inv_freq"] = inv_freq.copy_(saved_inv)  # the same tensor, its values as before
     state.rebuilds += 1
 
 
