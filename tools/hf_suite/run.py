@@ -24,6 +24,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -81,14 +82,21 @@ def _pytest(
     }
     cmd = [sys.executable, "-m", "pytest", "-v", "-rfE", "-p", "conftest_ropekit", "-p", "no:cacheprovider"]
     cmd += ["-o", "addopts=", "--rootdir", str(tests.parent), target] + (["-k", k] if k else [])
-    try:
-        done = subprocess.run(
-            cmd, env=env, cwd=tests.parent, capture_output=True, text=True, timeout=timeout, check=False
+    mode = "patched" if patched else "unpatched"
+    (CACHE / "logs").mkdir(parents=True, exist_ok=True)
+    out_path = CACHE / "logs" / f"{Path(target).stem}-{mode}.log"  # streamed: follow a long run with tail -f
+    status = ""
+    with open(out_path, "w") as f:
+        proc = subprocess.Popen(
+            cmd, env=env, cwd=tests.parent, stdout=f, stderr=subprocess.STDOUT, start_new_session=True
         )
-        out, status = done.stdout, ""
-    except subprocess.TimeoutExpired as e:
-        raw = e.stdout or b""
-        out, status = (raw.decode() if isinstance(raw, bytes) else raw), f"timeout after {timeout:.0f} s"
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # the pytest process group this call started
+            proc.wait()
+            status = f"timeout after {timeout:.0f} s"
+    out = out_path.read_text(errors="replace")
     res, why = parse(out)
     if not res:
         tail = " | ".join(out.strip().splitlines()[-3:])[:300]
