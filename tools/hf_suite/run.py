@@ -194,7 +194,7 @@ def per_family(args: argparse.Namespace) -> int:
         raise SystemExit(
             f"--tests {tests}: expected transformers' tests/ directory (with test_modeling_common.py)"
         )
-    fams = args.families.split(",") if args.families else list(ROTARY_FAMILIES)
+    fams = [] if args.report else args.families.split(",") if args.families else list(ROTARY_FAMILIES)
     RESULTS.mkdir(parents=True, exist_ok=True)
     bad = 0
     for fam in fams:
@@ -265,6 +265,9 @@ def main() -> int:
     )
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per test file and mode")
     ap.add_argument("--docs", default=None, help="markdown file whose matrix markers receive the table")
+    ap.add_argument(
+        "--report", action="store_true", help="run nothing: print (and --docs) the stored results"
+    )
     ap.add_argument(
         "-k",
         default=None,

@@ -60,9 +60,17 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     ),
 }
 
+SLIDING = "mistral-sliding-dynamic"  # sliding-window cache layers (window 8) refilled by the rebuild
+EXTRA = {
+    SLIDING: (
+        "mistral",
+        {"sliding_window": 8, **CASES["llama-dynamic"][1]},
+    )
+}
+
 
 def _model(name: str, layers: int) -> torch.nn.Module:
-    model_type, kw = CASES[name]
+    model_type, kw = {**CASES, **EXTRA}[name]
     torch.manual_seed(0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -141,6 +149,35 @@ def test_cached_generation_equals_full_forward_at_every_length(name: str, layers
     for a, b in zip(out_d.logits, out_hf.logits):
         assert float((a - b).abs().max() / b.abs().max()) < 1e-4
     assert max(_errors(ref, out_hf, mask)) > 1e-2  # ... which drifts from the full forward
+
+
+def test_sliding_window_cache_is_rebuilt_exactly() -> None:
+    ref = _model(SLIDING, 2)
+    ids, mask = _inputs()
+    ours = ropekit.hf.patch(copy.deepcopy(ref), cache_correct=True)
+    out = _generate(ours, ids, mask)
+    assert {type(layer).__name__ for layer in out.past_key_values.layers} == {"DynamicSlidingWindowLayer"}
+    assert max(_errors(ref, out, mask)) <= 1e-4
+    assert _state(ours).rebuilds == 4
+    assert max(_errors(ref, _generate(copy.deepcopy(ref), ids, mask), mask)) > 1e-2  # transformers drifts
+
+
+def test_prompt_given_as_embeddings_is_rebuilt_from_them() -> None:
+    ref = _model("llama-longrope", 2)
+    ids, mask = _inputs()
+    ours = ropekit.hf.patch(copy.deepcopy(ref), cache_correct=True)
+    kw = {"max_new_tokens": NEW, "do_sample": False, "output_logits": True, "return_dict_in_generate": True}
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        embeds = ours.get_input_embeddings()(ids)  # type: ignore[operator]
+        out = ours.generate(inputs_embeds=embeds, attention_mask=mask, pad_token_id=0, **kw)  # type: ignore[operator]
+    seqs = torch.cat([ids, out.sequences], dim=1)  # generate from embeddings returns the new tokens only
+    errs = [
+        float((step - (full := _full(ref, seqs[:, : PROMPT + j], mask))).abs().max() / full.abs().max())
+        for j, step in enumerate(out.logits)
+    ]
+    assert max(errs) <= 1e-4, errs
+    assert _state(ours).rebuilds == 1
 
 
 @pytest.mark.parametrize("name", ["llama-dynamic", "llama-longrope"])
