@@ -70,7 +70,7 @@ report-screenshot: $(VENV)/.dev $(VENV)/.chromium
 
 # transformers' own common model tests (from its PyPI sdist), unpatched and with every model patched by ropekit
 test-hf-suite: $(VENV)/.dev
-	$(BIN)/python tools/hf_suite/run.py
+	$(BIN)/python tools/hf_suite/run.py $(if $(TRANSFORMERS_TESTS),--tests $(TRANSFORMERS_TESTS) --docs docs/hf.md) $(if $(FAMILIES),--families $(FAMILIES))
 
 clean:
 	rm -rf $(VENV) $(VENV_TIMM) build src/*.egg-info .pytest_cache .hypothesis .mypy_cache

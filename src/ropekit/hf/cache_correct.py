@@ -1,22 +1,36 @@
 # SPDX-License-Identifier: MIT
-"""``patch(model, cache_correct=True)``: cached keys follow the frequencies of dynamic NTK / LongRoPE.
+"""``patch(model, cache_correct=True)``: cached decoding of dynamic NTK / LongRoPE equals a full forward.
 
-transformers rotates each new key with the frequencies of the current length and leaves the cached keys at the
-frequencies they were computed with (#25104), so token-by-token generation drifts from a full forward once the
-frequencies switch. With this option the patched rotary module remembers the positions of the cached keys and,
-when the frequencies switch, re-rotates every cached key in place (:func:`ropekit.cache.rerotate_keys`: one more
-rotation by p (theta_new - theta_old), exact phases) before the new tokens attend to them.
+transformers rotates each new key with the frequencies of the current length and keeps the cached keys and values
+it computed under the old frequencies (#25104), so token-by-token generation drifts from a full forward once the
+frequencies switch. Re-rotating the cached keys is not enough beyond the first layer: the keys and values of layer
+``l > 0`` are projections of hidden states that attended with the old frequencies, so their content differs, not
+only their phase. With this option, when the frequencies switch between two calls:
 
-The cache is found by a forward pre-hook on the module that owns the rotary module (its ``past_key_values``
-argument). Supported: transformers' dynamic caches (full and sliding-window layers), keys stored rotated with the
-rope channels leading (not MLA, whose cached key puts the rope channels last), one rope spec per module.
+* the model has one layer: its cached keys are re-rotated in place (:func:`ropekit.cache.rerotate_keys`, one
+  more rotation by ``p (theta_new - theta_old)``): exact, since its keys depend on the token embeddings and the
+  frequencies only, and its values not on the frequencies at all;
+* otherwise the cache is rebuilt: the tokens (or embeddings) fed so far are run again through the module that
+  owns the rotary (one extra forward over the cached prefix, with the new frequencies), refilling the same cache
+  object, before the new tokens are processed. Every layer's cache is then what a full forward computes.
 
-Shapes: cached keys [b, h_kv, s, d] ("bhsd"); positions [b, s].
+Cost: dynamic NTK changes its frequencies at every length beyond ``original_max_position_embeddings``, so every
+decoding step past it adds one forward over the whole prefix (generation becomes a full forward per token);
+LongRoPE switches once (short to long factors), one extra prefix forward in all.
+
+The cache and the inputs are found by forward hooks on the module that owns the rotary module (its
+``past_key_values``, ``input_ids`` / ``inputs_embeds``, ``attention_mask`` arguments). Supported: transformers'
+dynamic caches (full and sliding-window layers), a 2-D (or absent) attention mask, one rope spec per module, keys
+stored with the rope channels leading (the one-layer path; not MLA).
+
+Paper: bloc97, "Dynamically scaled RoPE" (2023); Ding et al., "LongRoPE" (arXiv:2402.13753).
+Shapes: cached keys [b, h_kv, s, d] ("bhsd"); positions [b, s]; input ids [b, s]; embeddings [b, s, hidden].
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from typing import Any
 
 import torch
@@ -27,15 +41,23 @@ from ropekit.spec import RopeSpec
 
 __all__ = ["CacheState", "cache_correct_refusal", "install_hooks", "track"]
 
+_LAYERS = ("DynamicLayer", "DynamicSlidingWindowLayer")
+
 
 class CacheState:
-    """Positions of the keys in the current cache and the length their frequencies were computed for."""
+    """What the cache holds: the inputs and positions fed so far and the length their frequencies were made for."""
 
     def __init__(self) -> None:
-        self.cache: Any = None
-        self.positions: torch.Tensor | None = None  # [b, T]
+        self.owner: nn.Module | None = None  # the module whose forward owns the rotary module (hooks set it)
+        self.cache: Any = None  # past_key_values of the call in progress
+        self.pending: tuple[str, torch.Tensor] | None = None  # ("ids" | "embeds", tensor) of that call
+        self.mask: torch.Tensor | None = None  # its attention_mask
+        self.chunks: list[tuple[str, torch.Tensor]] = []  # inputs of the cached tokens, in order
+        self.positions: torch.Tensor | None = None  # [b, T] positions of the cached tokens
         self.rotated_len: int | None = None
-        self.rerotations = 0  # how many times cached keys were re-rotated (tests read it)
+        self.force_len: int | None = None  # while rebuilding: the length the rotary must use
+        self.rerotations = 0  # one-layer path: how many times cached keys were re-rotated (tests read it)
+        self.rebuilds = 0  # deeper models: how many extra prefix forwards were run (tests read it)
 
 
 def cache_correct_refusal(module: nn.Module, specs: dict[str | None, RopeSpec]) -> str | None:
@@ -48,13 +70,24 @@ def cache_correct_refusal(module: nn.Module, specs: dict[str | None, RopeSpec]) 
 
 
 def install_hooks(parent: nn.Module, state: CacheState) -> list[Any]:
-    """Pre/post hooks on the rotary module's owner that expose its ``past_key_values`` to the state."""
+    """Pre/post hooks on the rotary module's owner that expose its cache and inputs to the state."""
+    names = list(inspect.signature(parent.forward).parameters)
+    state.owner = parent
 
     def pre(_mod: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        state.cache = kwargs.get("past_key_values")
+        if state.force_len is not None:  # our own rebuild forward
+            return
+        got = {**dict(zip(names, args)), **kwargs}
+        state.cache = got.get("past_key_values")
+        ids, embeds = got.get("input_ids"), got.get("inputs_embeds")
+        state.pending = (
+            ("embeds", embeds) if embeds is not None else ("ids", ids) if ids is not None else None
+        )
+        state.mask = got.get("attention_mask")
 
     def post(_mod: nn.Module, _args: Any, _kwargs: Any, _out: Any) -> None:
-        state.cache = None
+        if state.force_len is None:
+            state.cache, state.pending, state.mask = None, None, None
 
     return [
         parent.register_forward_pre_hook(pre, with_kwargs=True),
@@ -62,51 +95,115 @@ def install_hooks(parent: nn.Module, state: CacheState) -> list[Any]:
     ]
 
 
-def _layer_keys(cache: Any) -> list[torch.Tensor]:
+def _layers(cache: Any) -> list[Any]:
     layers = getattr(cache, "layers", None)
     if layers is None:
         raise ValueError(
             f"cache_correct needs a transformers dynamic cache with .layers, got {type(cache).__name__}"
         )
-    out = []
     for layer in layers:
-        name = type(layer).__name__
-        if name not in ("DynamicLayer", "DynamicSlidingWindowLayer"):
-            raise ValueError(f"cache_correct supports DynamicLayer / DynamicSlidingWindowLayer, got {name}")
+        if type(layer).__name__ not in _LAYERS:
+            raise ValueError(f"cache_correct supports {' / '.join(_LAYERS)}, got {type(layer).__name__}")
+    return list(layers)
+
+
+def _rerotate(state: CacheState, spec: RopeSpec, hist: torch.Tensor, new_len: int) -> None:
+    assert state.rotated_len is not None
+    for layer in _layers(state.cache):
         keys = getattr(layer, "keys", None)
-        if isinstance(keys, torch.Tensor) and keys.numel():
-            out.append(keys)
-    return out
+        if not isinstance(keys, torch.Tensor) or not keys.numel():
+            continue
+        n_keys = keys.shape[-2]
+        if n_keys > hist.shape[1]:
+            raise ValueError(f"cache_correct: {n_keys} cached keys but {hist.shape[1]} positions tracked")
+        kspec = (
+            spec if keys.shape[-1] == spec.head_dim else dataclasses.replace(spec, head_dim=keys.shape[-1])
+        )
+        rerotate_keys(
+            keys, hist[:, -n_keys:], kspec, from_len=state.rotated_len, to_len=new_len, format="bhsd"
+        )
+    state.rerotations += 1
 
 
-def track(state: CacheState, spec: RopeSpec, position_ids: torch.Tensor, new_len: int | None) -> None:
-    """Before new tokens are rotated: re-rotate stale cached keys, then record the new positions."""
+def _prefix_inputs(state: CacheState, n_hist: int) -> dict[str, Any]:
+    """Arguments that run the cached prefix again (checked before the cache is touched)."""
+    if state.owner is None or not state.chunks:
+        raise ValueError("cache_correct: the inputs of the cached tokens were not recorded")
+    kinds = {k for k, _ in state.chunks}
+    if kinds == {"ids"}:
+        inputs: dict[str, Any] = {"input_ids": torch.cat([t for _, t in state.chunks], dim=1)}
+    else:
+        embed = state.owner.get_input_embeddings()  # type: ignore[operator]
+        parts = [embed(t) if k == "ids" else t for k, t in state.chunks]
+        inputs = {"inputs_embeds": torch.cat(parts, dim=1)}
+    mask = state.mask
+    if mask is not None:
+        if mask.dim() != 2 or mask.shape[1] < n_hist:
+            raise ValueError(
+                f"cache_correct needs a 2-D attention_mask covering the {n_hist} cached tokens, got shape "
+                f"{tuple(mask.shape)}"
+            )
+        mask = mask[:, :n_hist]
+    return {**inputs, "attention_mask": mask}
+
+
+def _rebuild(state: CacheState, rotary: nn.Module, hist: torch.Tensor, new_len: int) -> None:
+    """Run the cached prefix again under the frequencies of ``new_len``, refilling the same cache object."""
+    inputs = _prefix_inputs(state, hist.shape[1])
+    layers = _layers(state.cache)
+    saved = {k: rotary.__dict__[k] for k in ("max_seq_len_cached",) if k in rotary.__dict__}
+    inv_freq = rotary._buffers.get("inv_freq")  # transformers' dynamic update may replace or overwrite it
+    saved_inv = None if inv_freq is None else inv_freq.clone()
+    for layer in layers:
+        layer.reset()
+    state.force_len = new_len
+    try:
+        assert state.owner is not None
+        state.owner(**inputs, position_ids=hist, past_key_values=state.cache, use_cache=True)
+    finally:
+        state.force_len = None
+        rotary.__dict__.update(saved)  # transformers' own dynamic state, as before the extra forward
+        if inv_freq is not None and saved_inv is not None:
+            rotary._buffers["inv_freq"] = inv_freq.copy_(saved_inv)  # the same tensor, its values as before
+    state.rebuilds += 1
+
+
+def track(
+    state: CacheState, spec: RopeSpec, position_ids: torch.Tensor, new_len: int | None, rotary: nn.Module
+) -> int | None:
+    """Called by the patched rotary before it makes its tables; returns the length to make them for.
+
+    Before new tokens are rotated: bring the cache to the frequencies of ``new_len`` (re-rotate or rebuild, see
+    the module docstring), then record the new tokens' inputs and positions.
+    """
+    if state.force_len is not None:  # inside our rebuild forward
+        return state.force_len
     if not spec.dynamic or new_len is None:
-        return
+        return new_len
     b = position_ids.shape[0]
     cache = state.cache
     seen = 0 if cache is None else int(cache.get_seq_length())
+    pending = [] if state.pending is None else [state.pending]
     if seen == 0 or state.positions is None or state.rotated_len is None:
         state.positions, state.rotated_len = position_ids.detach().clone(), new_len
-        return
+        state.chunks = pending
+        return new_len
     hist = state.positions
-    if hist.shape[0] != b:
-        hist = hist.expand(b, -1) if hist.shape[0] == 1 else hist
+    if hist.shape[0] != b and hist.shape[0] == 1:
+        hist = hist.expand(b, -1)
     if hist.shape[0] != b:
         raise ValueError(f"cache_correct: batch changed from {hist.shape[0]} to {b} with a live cache")
+    if seen != hist.shape[1]:
+        raise ValueError(
+            f"cache_correct: the cache holds {seen} tokens but {hist.shape[1]} were fed through this model "
+            "(a cache cropped or filled elsewhere cannot be kept correct)"
+        )
     if state.rotated_len != new_len and spec.keys_stale(state.rotated_len, new_len):
-        for keys in _layer_keys(cache):
-            n_keys = keys.shape[-2]
-            if n_keys > hist.shape[1]:
-                raise ValueError(f"cache_correct: {n_keys} cached keys but {hist.shape[1]} positions tracked")
-            kspec = (
-                spec
-                if keys.shape[-1] == spec.head_dim
-                else dataclasses.replace(spec, head_dim=keys.shape[-1])
-            )
-            rerotate_keys(
-                keys, hist[:, -n_keys:], kspec, from_len=state.rotated_len, to_len=new_len, format="bhsd"
-            )
-        state.rerotations += 1
+        if getattr(getattr(rotary, "config", None), "num_hidden_layers", None) == 1:
+            _rerotate(state, spec, hist, new_len)
+        else:
+            _rebuild(state, rotary, hist, new_len)
     state.positions = torch.cat([hist, position_ids.to(hist.device)], dim=1)
+    state.chunks = state.chunks + pending
     state.rotated_len = new_len
+    return new_len

@@ -239,8 +239,9 @@ def patch(model: nn.Module, *, cache_correct: bool = False) -> nn.Module:
     Args:
         model: a transformers model (any head; vision-language models get their M-RoPE text rotary and their
             vision rotaries patched too, :mod:`ropekit.hf.patch_vl`).
-        cache_correct: with dynamic NTK or LongRoPE, re-rotate cached keys when the frequencies switch, so
-            token-by-token generation equals a full forward at every length (:mod:`ropekit.hf.cache_correct`).
+        cache_correct: with dynamic NTK or LongRoPE, bring the cache to the new frequencies when they switch
+            (rebuild it by re-running the cached prefix; re-rotate the keys of a one-layer model), so token-by-token
+            generation equals a full forward at every length (:mod:`ropekit.hf.cache_correct`).
             Default False: transformers' own behaviour (stale cached keys).
 
     Raises:

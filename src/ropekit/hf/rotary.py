@@ -164,7 +164,7 @@ class RopekitRotary(nn.Module):
         if state is not None:  # patch(model, cache_correct=True)
             from ropekit.hf.cache_correct import track
 
-            track(state, spec, position_ids, seq_len)
+            seq_len = track(state, spec, position_ids, seq_len, self)
         cos, sin = rope_tables(position_ids, spec, seq_len=seq_len, device=x.device)  # [b, s, n] float32
         return cos, sin, spec
 

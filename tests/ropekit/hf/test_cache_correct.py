@@ -1,13 +1,12 @@
-"""patch(model, cache_correct=True): cached keys follow the frequencies when dynamic NTK / LongRoPE switch.
+"""patch(model, cache_correct=True): cached decoding of dynamic NTK / LongRoPE equals a full forward, any depth.
 
 Oracle: the unpatched transformers model, freshly copied for each length, run over the whole sequence so far (a
-full forward has no cache, so nothing in it is stale). Default patch: transformers' own (stale-key) generation.
+full forward has no cache, so nothing in it is stale), and greedy decoding by such full forwards. The default patch
+is transformers' own (stale-cache) generation: equal to unpatched generate, and far from the oracle once the
+frequencies switch (so these tests can fail).
 
-What re-rotation can and cannot do: it makes every cached key of the first attention layer exactly what a full
-forward computes, so a one-layer model generates exactly what full forwards give at every length. In deeper layers
-the cached keys and values were computed from hidden states that attended with the old frequencies: their content,
-not only their phase, differs from a full forward's, and no rotation fixes that (only recomputing the cache would).
-There the test checks the first layer's cache exactly and that the drift is reduced.
+One-layer models take the re-rotation path (no extra forward); deeper ones rebuild the cache by running the cached
+prefix again under the new frequencies (``rebuilds`` counts those extra forwards).
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ import copy
 import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -25,13 +25,20 @@ transformers = pytest.importorskip("transformers")
 sys.path.insert(0, str(Path(__file__).parent))
 from tiny import SMALL as _SMALL
 
-SMALL = {**_SMALL, "pad_token_id": 0}
+SMALL = {**_SMALL, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": None}  # no early stop
 
 import ropekit.hf
 
 L0 = 16  # frequencies switch once the sequence passes 16 tokens
 PROMPT, NEW = 12, 10
-CASES = {
+LONGROPE = {
+    "rope_type": "longrope",
+    "short_factor": [1.0 + 0.05 * i for i in range(8)],
+    "long_factor": [2.0 + 3 * i for i in range(8)],
+    "original_max_position_embeddings": L0,
+    "rope_theta": 1e4,
+}
+CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "llama-dynamic": (
         "llama",
         {
@@ -39,25 +46,31 @@ CASES = {
             "rope_parameters": {"rope_type": "dynamic", "factor": 4.0, "rope_theta": 1e4},
         },
     ),
-    # (Phi-3 itself re-runs the prompt when LongRoPE switches; a Llama with LongRoPE keeps its stale cache)
-    "llama-longrope": (
-        "llama",
+    "llama-longrope": ("llama", {"max_position_embeddings": 4 * L0, "rope_parameters": LONGROPE}),
+    # Phi-3 drops its cache itself once the *padded* input passes L0 (its top-level original length wins over
+    # rope_parameters'); with every row left-padded the positions pass L0 one step later, and transformers' Phi-3
+    # then keeps its stale cache.
+    "phi3-longrope": (
+        "phi3",
         {
             "max_position_embeddings": 4 * L0,
-            "rope_parameters": {
-                "rope_type": "longrope",
-                "short_factor": [1.0 + 0.05 * i for i in range(8)],
-                "long_factor": [2.0 + 3 * i for i in range(8)],
-                "original_max_position_embeddings": L0,
-                "rope_theta": 1e4,
-            },
+            "original_max_position_embeddings": L0,
+            "rope_parameters": LONGROPE,
         },
     ),
 }
 
+SLIDING = "mistral-sliding-dynamic"  # sliding-window cache layers (window 8) refilled by the rebuild
+EXTRA = {
+    SLIDING: (
+        "mistral",
+        {"sliding_window": 8, **CASES["llama-dynamic"][1]},
+    )
+}
 
-def _model(name: str, layers: int = 2) -> torch.nn.Module:
-    model_type, kw = CASES[name]
+
+def _model(name: str, layers: int) -> torch.nn.Module:
+    model_type, kw = {**CASES, **EXTRA}[name]
     torch.manual_seed(0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -65,11 +78,11 @@ def _model(name: str, layers: int = 2) -> torch.nn.Module:
         return transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").eval()
 
 
-def _generate(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor) -> object:
+def _generate(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor) -> Any:
     kw = {"max_new_tokens": NEW, "do_sample": False, "output_logits": True, "return_dict_in_generate": True}
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return model.generate(ids, attention_mask=mask, pad_token_id=0, **kw)
+        return model.generate(ids, attention_mask=mask, pad_token_id=0, **kw)  # type: ignore[operator]
 
 
 def _positions(mask: torch.Tensor) -> torch.Tensor:
@@ -77,66 +90,116 @@ def _positions(mask: torch.Tensor) -> torch.Tensor:
     return (mask.cumsum(-1) - 1).clamp(min=0)
 
 
-def _errors(ref: torch.nn.Module, out: object, mask: torch.Tensor) -> list[float]:
-    """Per step: max |generated logits - full-forward logits| relative to the largest full-forward logit."""
+def _full(ref: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Last-token logits of a full forward of a fresh copy (no cache, no dynamic state carried over)."""
+    full_mask = torch.cat(
+        [mask, torch.ones(mask.shape[0], ids.shape[1] - mask.shape[1], dtype=mask.dtype)], 1
+    )
+    with torch.no_grad():
+        out = copy.deepcopy(ref)(input_ids=ids, attention_mask=full_mask, position_ids=_positions(full_mask))
+    return out.logits[:, -1]  # type: ignore[no-any-return]
+
+
+def _errors(ref: torch.nn.Module, out: Any, mask: torch.Tensor) -> list[float]:
+    """Per generated length: max |cached logits - full-forward logits| relative to the largest full-forward logit."""
     errs = []
-    for j, step in enumerate(out.logits):  # type: ignore[attr-defined]
-        n = PROMPT + j
-        full_mask = torch.cat([mask, torch.ones(mask.shape[0], j, dtype=mask.dtype)], dim=1)
-        with torch.no_grad():
-            full = copy.deepcopy(ref)(
-                input_ids=out.sequences[:, :n],  # type: ignore[attr-defined]
-                attention_mask=full_mask,
-                position_ids=_positions(full_mask),
-            ).logits[:, -1]
+    for j, step in enumerate(out.logits):
+        full = _full(ref, out.sequences[:, : PROMPT + j], mask)
         errs.append(float((step - full).abs().max() / full.abs().max()))
     return errs
+
+
+def _greedy_by_full_forwards(ref: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    for _ in range(NEW):
+        ids = torch.cat([ids, _full(ref, ids, mask).argmax(-1, keepdim=True)], dim=1)
+    return ids
 
 
 def _inputs() -> tuple[torch.Tensor, torch.Tensor]:
     ids = torch.randint(3, 128, (2, PROMPT), generator=torch.Generator().manual_seed(0))
     mask = torch.ones_like(ids)
-    mask[1, :2] = 0  # left padding
+    mask[0, :1] = 0  # both rows left-padded
+    mask[1, :3] = 0
     return ids, mask
 
 
+def _state(model: torch.nn.Module) -> Any:
+    rot = next(m for n, m in model.named_modules() if n.endswith("rotary_emb"))
+    return rot._ropekit_cache_state
+
+
+@pytest.mark.parametrize("layers", [2, 3])
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_one_layer_generation_equals_full_forward_at_every_length(name: str) -> None:
+def test_cached_generation_equals_full_forward_at_every_length(name: str, layers: int) -> None:
+    ref = _model(name, layers)
+    ids, mask = _inputs()
+    ours = ropekit.hf.patch(copy.deepcopy(ref), cache_correct=True)
+    out = _generate(ours, ids, mask)
+    errs = _errors(ref, out, mask)
+    assert max(errs) <= 1e-4, errs
+    assert torch.equal(out.sequences, _greedy_by_full_forwards(ref, ids, mask))
+    state = _state(ours)
+    assert state.rerotations == 0
+    # the longest row holds 11 tokens: the steps at lengths 17..20 see new frequencies (dynamic: each of them)
+    assert state.rebuilds == (4 if name.endswith("dynamic") else 1)
+
+    # default: transformers' own behaviour -- equal to unpatched generate, stale cache and all
+    out_hf = _generate(copy.deepcopy(ref), ids, mask)
+    out_d = _generate(ropekit.hf.patch(copy.deepcopy(ref)), ids, mask)
+    for a, b in zip(out_d.logits, out_hf.logits):
+        assert float((a - b).abs().max() / b.abs().max()) < 1e-4
+    assert max(_errors(ref, out_hf, mask)) > 1e-2  # ... which drifts from the full forward
+
+
+def test_sliding_window_cache_is_rebuilt_exactly() -> None:
+    ref = _model(SLIDING, 2)
+    ids, mask = _inputs()
+    ours = ropekit.hf.patch(copy.deepcopy(ref), cache_correct=True)
+    out = _generate(ours, ids, mask)
+    assert {type(layer).__name__ for layer in out.past_key_values.layers} == {"DynamicSlidingWindowLayer"}
+    assert max(_errors(ref, out, mask)) <= 1e-4
+    assert _state(ours).rebuilds == 4
+    assert max(_errors(ref, _generate(copy.deepcopy(ref), ids, mask), mask)) > 1e-2  # transformers drifts
+
+
+def test_prompt_given_as_embeddings_is_rebuilt_from_them() -> None:
+    ref = _model("llama-longrope", 2)
+    ids, mask = _inputs()
+    ours = ropekit.hf.patch(copy.deepcopy(ref), cache_correct=True)
+    kw = {"max_new_tokens": NEW, "do_sample": False, "output_logits": True, "return_dict_in_generate": True}
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        embeds = ours.get_input_embeddings()(ids)  # type: ignore[operator]
+        out = ours.generate(inputs_embeds=embeds, attention_mask=mask, pad_token_id=0, **kw)  # type: ignore[operator]
+    seqs = torch.cat([ids, out.sequences], dim=1)  # generate from embeddings returns the new tokens only
+    errs = [
+        float((step - (full := _full(ref, seqs[:, : PROMPT + j], mask))).abs().max() / full.abs().max())
+        for j, step in enumerate(out.logits)
+    ]
+    assert max(errs) <= 1e-4, errs
+    assert _state(ours).rebuilds == 1
+
+
+@pytest.mark.parametrize("name", ["llama-dynamic", "llama-longrope"])
+def test_one_layer_model_rerotates_without_extra_forwards(name: str) -> None:
     ref = _model(name, layers=1)
     ids, mask = _inputs()
     ours = ropekit.hf.patch(copy.deepcopy(ref), cache_correct=True)
     errs = _errors(ref, _generate(ours, ids, mask), mask)
-    assert max(errs) < 1e-4, errs
-    rot = next(m for n, m in ours.named_modules() if n.endswith("rotary_emb"))
-    assert rot._ropekit_cache_state.rerotations > 0  # the frequencies did switch, and the keys followed
+    assert max(errs) <= 1e-4, errs
+    state = _state(ours)
+    assert state.rerotations > 0 and state.rebuilds == 0
     assert max(_errors(ref, _generate(copy.deepcopy(ref), ids, mask), mask)) > 1e-3  # transformers drifts
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_deeper_models_first_layer_cache_exact_drift_reduced_default_is_transformers(name: str) -> None:
-    ref = _model(name, layers=2)
+def test_a_cache_it_did_not_fill_is_refused_by_name() -> None:
+    model = ropekit.hf.patch(_model("llama-longrope", 2), cache_correct=True)
     ids, mask = _inputs()
-    ours = ropekit.hf.patch(copy.deepcopy(ref), cache_correct=True)
-    out = _generate(ours, ids, mask)
-    n = out.sequences.shape[1] - 1  # type: ignore[attr-defined]
-    full_mask = torch.cat([mask, torch.ones(2, n - PROMPT, dtype=mask.dtype)], dim=1)
     with torch.no_grad():
-        full = copy.deepcopy(ref)(
-            input_ids=out.sequences[:, :n],  # type: ignore[attr-defined]
-            attention_mask=full_mask,
-            position_ids=_positions(full_mask),
-            use_cache=True,
-        )
-    got, want = out.past_key_values.layers[0].keys, full.past_key_values.layers[0].keys  # type: ignore[attr-defined]
-    real = full_mask.bool()[:, None, :, None].expand_as(want)  # padded slots hold keys nobody attends to
-    assert float((got - want)[real].abs().max()) <= 1e-4 * float(want.abs().max())
-    out_hf = _generate(copy.deepcopy(ref), ids, mask)
-    assert max(_errors(ref, out, mask)) < 0.5 * max(_errors(ref, out_hf, mask))
-
-    # default: transformers' own behaviour -- equal to unpatched generate (stale keys included)
-    out_d = _generate(ropekit.hf.patch(copy.deepcopy(ref)), ids, mask)
-    for a, b in zip(out_d.logits, out_hf.logits):  # type: ignore[attr-defined]
-        assert float((a - b).abs().max() / b.abs().max()) < 1e-4
+        cache = model(input_ids=ids, attention_mask=mask, use_cache=True).past_key_values
+        cache.crop(-2)  # the cache lost two tokens behind the patch's back
+        with pytest.raises(ValueError, match="cache holds 10 tokens but 12 were fed"):
+            model(input_ids=ids[:, :1], past_key_values=cache, use_cache=True)
 
 
 def test_cache_correct_is_refused_where_it_cannot_work() -> None:
