@@ -12,7 +12,10 @@ Modes (``--mode``, repeatable; default "matrix"):
 * ``decode``: only the decode cases of the matrix (32 sequences x 1 token);
 * ``busy``: the kernel beside processes loading every core, idle and busy in one run (:mod:`ropekit.bench.busy`);
 * ``cache-write``: RoPE fused with the KV-cache write, contiguous and paged (:mod:`ropekit.bench.cache_write`);
-* ``all``: matrix, busy and cache-write;
+* ``hf``: a patched transformers Llama against the unpatched one, time in RoPE and whole forward, prefill and
+  decode (:mod:`ropekit.hf.bench`; needs transformers);
+* ``lab``: training throughput of the lab's default model, tokens/s per variant (:mod:`ropekit.bench.lab`);
+* ``all``: matrix, busy, cache-write, hf and lab;
 * ``extension``: a torch C++ extension against the ctypes kernel, with cold starts (:mod:`ropekit.bench.extension`;
   compiles for minutes the first time, so not in ``all``).
 """
@@ -27,8 +30,10 @@ from ropekit.bench.matrix import Case, cases, machine_info, run_cases
 
 __all__ = ["ALL", "MODES", "Case", "cases", "format_table", "machine_info", "run"]
 
-MODES = ("matrix", "decode", "busy", "cache-write", "extension")
-ALL = ("matrix", "busy", "cache-write")
+MODES: tuple[str, ...] = ("matrix", "decode", "busy", "cache-write", "extension")
+ALL: tuple[str, ...] = ("matrix", "busy", "cache-write")
+MODES += ("hf", "lab")
+ALL += ("hf", "lab")
 
 
 def run(
@@ -44,9 +49,9 @@ def run(
     for m in selected:
         if m not in MODES:
             raise ValueError(f"bench mode must be one of {', '.join(MODES)} or all, got {m!r}")
-    if device != "cpu" and any(m in ("busy", "cache-write", "extension") for m in selected):
+    if device != "cpu" and any(m in ("busy", "cache-write", "extension", "hf", "lab") for m in selected):
         raise ValueError(
-            f"bench modes busy, cache-write and extension run on the CPU only, got device {device!r}"
+            f"bench modes busy, cache-write, extension, hf and lab run on the CPU only, got device {device!r}"
         )
     rounds = rounds or (5 if quick else 15)
     results: list[dict[str, Any]] = []
@@ -73,6 +78,14 @@ def run(
         from ropekit.bench.cache_write import run_cache_write
 
         results += run_cache_write(quick=quick, rounds=rounds, progress=progress)
+    if "hf" in selected:
+        from ropekit.hf.bench import run_hf
+
+        results += run_hf(quick=quick, rounds=rounds, progress=progress)
+    if "lab" in selected:
+        from ropekit.bench.lab import run_lab
+
+        results += run_lab(quick=quick, rounds=rounds, progress=progress)
     report: dict[str, Any] = {"machine": machine_info(device), "modes": selected, "results": results}
     if cold is not None:
         report["cold_start"] = cold
