@@ -70,6 +70,21 @@ def _rotate(
     return out
 
 
+def _rotate_q_defer_k(
+    q: torch.Tensor, k: torch.Tensor, info: RopekitTables
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """q rotated; k unrotated, marked for the fused cache write (:mod:`ropekit.hf.fused_cache`)."""
+    from ropekit.hf.fused_cache import defer_k
+
+    out = _rotate(q, None, info, "bhsd", info.family.layout)
+    if out is None or k.shape[-1] != q.shape[-1]:
+        return None
+    cos, sin = _tables(info)
+    if not defer_k(k, info, _geometry(q.shape[-1], 2 * cos.shape[-1], info.family.layout), cos, sin):
+        return None
+    return out[0], k
+
+
 def _fmt(unsqueeze_dim: Any) -> str | None:
     return {1: "bhsd", 2: "bshd"}.get(int(unsqueeze_dim))
 
@@ -115,6 +130,8 @@ def wrap_apply(original: Callable[..., Any], kind: str, where: tuple[str, str]) 
         layout = info.family.layout
         if kind == "qk":
             fmt = _fmt(a.get("unsqueeze_dim", 1))
+            if fmt == "bhsd" and a["k"] is not None and "defer_to" in info.extra:
+                return _rotate_q_defer_k(a["q"], a["k"], info)
             out = None if fmt is None else _rotate(a["q"], a["k"], info, fmt, layout)
             if out is None:
                 return None

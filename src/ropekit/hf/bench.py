@@ -10,6 +10,7 @@
 * for each, the **time in RoPE**: the rotary module's forward (tables) plus every call of the modeling file's
   ``apply_rotary_pos_emb`` (rotation), summed over the forward by a timer around both, installed identically on
   both models;
+* a decode step with a static KV cache, RoPE fused with the cache write or not (:mod:`ropekit.hf.bench_fused`);
 * the unpatched model runs with transformers' own apply function (the patch's wrapper is taken out of the
   modeling module while it runs), so it pays nothing for ropekit being imported.
 
@@ -196,6 +197,11 @@ def run_hf(*, quick: bool, rounds: int, progress: Callable[[str], None] | None) 
     for name, parts in measure(quick=quick, rounds=rounds, progress=progress).items():
         out += rows(f"hf llama {name} fp32: time in RoPE", "hf", parts["rope"], [FLOOR_ROPE])
         out += rows(f"hf llama {name} fp32: forward", "hf", parts["forward"], [FLOOR_FWD])
+    from ropekit.hf.bench_fused import FLOOR_WRITE, measure_fused
+
+    name, fwd, rope = measure_fused(quick=quick, rounds=rounds, progress=progress)
+    out += rows(f"hf llama {name} fp32: time in RoPE + cache write", "hf", rope, [FLOOR_WRITE])
+    out += rows(f"hf llama {name} fp32: forward", "hf", fwd, [FLOOR_FWD])
     return out
 
 

@@ -186,6 +186,9 @@ class RopekitRotary(nn.Module):
         fam = self._ropekit_family
         cos_h, sin_h, spec = self._ropekit_tables(x, position_ids, layer_type)
         info = RopekitTables(cos_h, sin_h, fam, spec)
+        defer = self.__dict__.get("_ropekit_defer")
+        if defer is not None:  # a ropekit.hf.fused_cache.FusedStaticCache rotates k as it writes it
+            info.extra["defer_to"] = defer
         if fam.tables == "complex":
             out = torch.complex(cos_h, sin_h)
             setattr(out, ROPEKIT_TABLES, info)
