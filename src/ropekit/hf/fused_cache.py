@@ -45,7 +45,7 @@ DEFERRED = "_ropekit_deferred_k"
 _HOOKED = "_ropekit_fused_cache_hooks"
 
 
-class FusedStaticLayer(StaticLayer):  # type: ignore[misc]
+class FusedStaticLayer(StaticLayer):  # type: ignore[no-untyped-call]  # transformers is untyped here
     """A ``StaticLayer`` that rotates a deferred k while writing it (see the module docstring)."""
 
     owner: FusedStaticCache | None = None
@@ -58,11 +58,13 @@ class FusedStaticLayer(StaticLayer):  # type: ignore[misc]
             self.lazy_initialization(key_states, value_states)
         spec, cos, sin = deferred
         offset = int(self.cumulative_length)
+        keys, values = self.keys, self.values
+        assert keys is not None and values is not None  # allocated by lazy_initialization
         rope_cache_write(
             key_states,
             value_states,
-            self.keys,
-            self.values,
+            keys,
+            values,
             torch.full((key_states.shape[0],), offset, dtype=torch.int64, device=key_states.device),
             spec,
             tables=(cos, sin),
@@ -118,7 +120,7 @@ def _install(model: torch.nn.Module) -> None:
     model.__dict__[_HOOKED] = handles
 
 
-class FusedStaticCache(StaticCache):  # type: ignore[misc]
+class FusedStaticCache(StaticCache):
     """``StaticCache(config, max_cache_len)`` for a patched model, with RoPE fused into the key write."""
 
     def __init__(self, model: torch.nn.Module, max_cache_len: int, **kwargs: Any) -> None:
@@ -127,7 +129,7 @@ class FusedStaticCache(StaticCache):  # type: ignore[misc]
                 f"FusedStaticCache needs a model patched by ropekit.hf.patch, got {type(model).__name__} "
                 "without a patched rotary module"
             )
-        config = model.config
+        config: Any = model.config
         super().__init__(config=config, max_cache_len=max_cache_len, **kwargs)
         kinds = sorted({type(layer).__name__ for layer in self.layers if type(layer) is not StaticLayer})
         if kinds:
@@ -138,7 +140,7 @@ class FusedStaticCache(StaticCache):  # type: ignore[misc]
         self.pending = 0
         for layer in self.layers:
             layer.__class__ = FusedStaticLayer
-            layer.owner = self
+            layer.owner = self  # type: ignore[union-attr]  # a FusedStaticLayer now
         _install(model)
 
 

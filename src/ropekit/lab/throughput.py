@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from ropekit.lab.data import train_batch
 from ropekit.lab.model import LMConfig, TinyLM
 
-__all__ = ["choose_threads", "measure", "parse_variant"]
+__all__ = ["choose_threads", "measure", "parse_variant", "threads_set"]
 
 
 def parse_variant(variant: str) -> tuple[str, bool, int | None]:
@@ -46,7 +46,7 @@ def parse_variant(variant: str) -> tuple[str, bool, int | None]:
 
 
 @contextmanager
-def threads(n: int | None) -> Iterator[None]:
+def threads_set(n: int | None) -> Iterator[None]:
     """``torch.set_num_threads(n)`` inside the block (nothing when n is None); restored after."""
     before = torch.get_num_threads()
     if n is not None:
@@ -74,7 +74,7 @@ def choose_threads(cfg: LMConfig | None = None, tokens: int = 4096, budget_s: fl
     t_end = time.perf_counter() + budget_s
     while time.perf_counter() < t_end or min(len(v) for v in times.values()) < 3:
         for n in counts:
-            with threads(n):
+            with threads_set(n):
                 t0 = time.perf_counter()
                 torch.mm(a, w)
                 times[n].append(time.perf_counter() - t0)
@@ -120,7 +120,7 @@ def measure(
     steppers = {}
     out: dict[str, dict[str, list[float]]] = {v: {"wall": [], "cpu": [], "warmup_s": []} for v in variants}
     for v in variants:
-        with threads(parse_variant(v)[2]):
+        with threads_set(parse_variant(v)[2]):
             steppers[v] = _stepper(v, encoding, batch, length)
             t0 = time.perf_counter()
             for _ in range(3):
@@ -128,7 +128,7 @@ def measure(
             out[v]["warmup_s"].append(time.perf_counter() - t0)
     for _ in range(rounds):
         for v in variants:
-            with threads(parse_variant(v)[2]):
+            with threads_set(parse_variant(v)[2]):
                 w, c = time.perf_counter(), time.process_time()
                 for _ in range(steps):
                     steppers[v]()
