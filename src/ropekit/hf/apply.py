@@ -73,16 +73,19 @@ def _rotate(
 def _rotate_q_defer_k(
     q: torch.Tensor, k: torch.Tensor, info: RopekitTables
 ) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """q rotated; k unrotated, marked for the fused cache write (:mod:`ropekit.hf.fused_cache`)."""
+    """q and k unrotated, k marked: the fused cache write rotates k into the cache and q in place
+    (:mod:`ropekit.hf.fused_cache`). None (rotate as usual) when autograd needs the rotation recorded."""
     from ropekit.hf.fused_cache import defer_k
 
-    out = _rotate(q, None, info, "bhsd", info.family.layout)
-    if out is None or k.shape[-1] != q.shape[-1]:
+    if (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad)) or q.dtype != k.dtype:
         return None
     cos, sin = _tables(info)
-    if not defer_k(k, info, _geometry(q.shape[-1], 2 * cos.shape[-1], info.family.layout), cos, sin):
+    d, r = q.shape[-1], 2 * cos.shape[-1]
+    if d < r or k.shape[-1] != d:
         return None
-    return out[0], k
+    if not defer_k(k, q, info, _geometry(d, r, info.family.layout), cos, sin):
+        return None
+    return q, k
 
 
 def _fmt(unsqueeze_dim: Any) -> str | None:

@@ -3,9 +3,9 @@
 
 In a transformers attention layer, ``apply_rotary_pos_emb`` rotates q and k, then ``past_key_values.update``
 copies k and v into the cache: k is read and written twice. With a patched model (:func:`ropekit.hf.patch`) and
-this cache passed as ``past_key_values``, the patched apply function rotates q only and hands k to the cache
-unrotated; the cache's ``update`` rotates k while writing it (:func:`ropekit.rope_cache_write`, one pass over k
-and v), and returns the same keys and values a ``StaticCache`` returns. Usage::
+this cache passed as ``past_key_values``, the patched apply function hands q and k on unrotated; the cache's
+``update`` rotates k while writing it and q in place, in one kernel call (:func:`ropekit.rope_cache_write`: one
+pass over q, k and v), and returns the same keys and values a ``StaticCache`` returns. Usage::
 
     model = ropekit.hf.patch(model)
     cache = FusedStaticCache(model, max_cache_len=4096)
@@ -16,9 +16,11 @@ How k gets to the cache unrotated, and why that can never leave a key unrotated:
 * ``FusedStaticCache(model, ...)`` registers, once per model, a forward pre-hook and hook on each module that owns
   a patched rotary module (``LlamaModel`` ...). Only when that module's forward receives a ``FusedStaticCache``
   as ``past_key_values`` does it tell its rotary module to mark the tables of this forward as deferring k.
-* The patched apply function (``qk`` calling convention, [b, h, s, d]) then rotates q, and returns k unrotated
-  with a mark naming its tables; anything else (another cache, no cache, other conventions) rotates k as usual.
-* ``update`` rotates a marked k into the cache; an unmarked k is written as a ``StaticCache`` writes it.
+* The patched apply function (``qk`` calling convention, [b, h, s, d], no autograd recording) then returns q
+  and k unrotated, k marked with the tables and q; anything else (another cache, no cache, other conventions,
+  tensors that require grad) rotates q and k as usual.
+* ``update`` rotates a marked k into the cache and q in place, in one kernel call (:func:`ropekit.rope_cache_write`
+  with ``q=``), before the attention reads q; an unmarked k is written as a ``StaticCache`` writes it.
 * After the forward, the hook checks that every deferred k was written by ``update``; if one was not (a model
   whose attention uses k between the rotation and the cache write), it raises ``RuntimeError`` -- that model
   must use a plain ``StaticCache``.
@@ -40,7 +42,7 @@ from ropekit.rotation.kv_cache import rope_cache_write
 
 __all__ = ["DEFERRED", "FusedStaticCache", "FusedStaticLayer"]
 
-#: attribute on an unrotated k handed to the cache: (its RopekitTables, the rotation spec, (cos, sin))
+#: attribute on an unrotated k handed to the cache: (the rotation spec, cos, sin, the layer's unrotated q)
 DEFERRED = "_ropekit_deferred_k"
 _HOOKED = "_ropekit_fused_cache_hooks"
 
@@ -56,7 +58,7 @@ class FusedStaticLayer(StaticLayer):  # type: ignore[no-untyped-call]  # transfo
             return super().update(key_states, value_states, *args, **kwargs)
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        spec, cos, sin = deferred
+        spec, cos, sin, q = deferred
         offset = int(self.cumulative_length)
         keys, values = self.keys, self.values
         assert keys is not None and values is not None  # allocated by lazy_initialization
@@ -68,6 +70,7 @@ class FusedStaticLayer(StaticLayer):  # type: ignore[no-untyped-call]  # transfo
             torch.full((key_states.shape[0],), offset, dtype=torch.int64, device=key_states.device),
             spec,
             tables=(cos, sin),
+            q=q,  # rotated in place: the attention reads it after this update
             format="bhsd",
             cache_format="bhsd",
         )
@@ -144,11 +147,14 @@ class FusedStaticCache(StaticCache):
         _install(model)
 
 
-def defer_k(k: torch.Tensor, info: RopekitTables, spec: Any, cos: torch.Tensor, sin: torch.Tensor) -> bool:
-    """Mark k for its cache write (called by the patched apply function); False when no fused cache is in use."""
+def defer_k(
+    k: torch.Tensor, q: torch.Tensor, info: RopekitTables, spec: Any, cos: torch.Tensor, sin: torch.Tensor
+) -> bool:
+    """Mark k (and its q) for the fused cache write (called by the patched apply function); False when no fused
+    cache is in use."""
     cache = info.extra.get("defer_to")
     if not isinstance(cache, FusedStaticCache):
         return False
-    setattr(k, DEFERRED, (spec, cos, sin))
+    setattr(k, DEFERRED, (spec, cos, sin, q))
     cache.pending += 1
     return True
