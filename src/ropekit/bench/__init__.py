@@ -13,7 +13,10 @@ Modes (``--mode``, repeatable; default "matrix"):
 * ``busy``: the kernel beside processes loading every core, idle and busy in one run (:mod:`ropekit.bench.busy`);
 * ``cache-write``: RoPE fused with the KV-cache write, contiguous and paged (:mod:`ropekit.bench.cache_write`);
 * ``axes``: multi-axis RoPE (M-RoPE, 2-D vision) against 1-D RoPE of the same tensors (:mod:`ropekit.bench.axes`);
-* ``all``: matrix, busy, cache-write and axes;
+* ``hf``: a patched transformers Llama against the unpatched one, time in RoPE and whole forward, prefill and
+  decode (:mod:`ropekit.hf.bench`; needs transformers);
+* ``lab``: training throughput of the lab's default model, tokens/s per variant (:mod:`ropekit.bench.lab`);
+* ``all``: matrix, busy, cache-write, axes, hf and lab;
 * ``extension``: a torch C++ extension against the ctypes kernel, with cold starts (:mod:`ropekit.bench.extension`;
   compiles for minutes the first time, so not in ``all``).
 """
@@ -28,8 +31,8 @@ from ropekit.bench.matrix import Case, cases, machine_info, run_cases
 
 __all__ = ["ALL", "MODES", "Case", "cases", "format_table", "machine_info", "run"]
 
-MODES = ("matrix", "decode", "busy", "cache-write", "extension", "axes")
-ALL = ("matrix", "busy", "cache-write", "axes")
+MODES: tuple[str, ...] = ("matrix", "decode", "busy", "cache-write", "extension", "axes", "hf", "lab")
+ALL: tuple[str, ...] = ("matrix", "busy", "cache-write", "axes", "hf", "lab")
 
 
 def run(
@@ -45,9 +48,9 @@ def run(
     for m in selected:
         if m not in MODES:
             raise ValueError(f"bench mode must be one of {', '.join(MODES)} or all, got {m!r}")
-    if device != "cpu" and any(m in ("busy", "cache-write", "extension", "axes") for m in selected):
+    if device != "cpu" and any(m in ("busy", "cache-write", "extension", "axes", "hf", "lab") for m in selected):
         raise ValueError(
-            f"bench modes busy, cache-write, extension and axes run on the CPU only, got device {device!r}"
+            f"bench modes busy, cache-write, extension, axes, hf and lab run on the CPU only, got device {device!r}"
         )
     rounds = rounds or (5 if quick else 15)
     results: list[dict[str, Any]] = []
@@ -81,6 +84,14 @@ def run(
         axes_rows = run_axes(quick=quick, rounds=rounds, progress=progress)
         axes_summary = summary(axes_rows)
         results += axes_rows
+    if "hf" in selected:
+        from ropekit.hf.bench import run_hf
+
+        results += run_hf(quick=quick, rounds=rounds, progress=progress)
+    if "lab" in selected:
+        from ropekit.bench.lab import run_lab
+
+        results += run_lab(quick=quick, rounds=rounds, progress=progress)
     report: dict[str, Any] = {"machine": machine_info(device), "modes": selected, "results": results}
     if axes_summary is not None:
         report["axes_worst_ratio_to_1d"] = axes_summary

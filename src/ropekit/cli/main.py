@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--mode",
         action="append",
         default=None,
-        choices=("matrix", "decode", "busy", "cache-write", "extension", "axes", "all"),
+        choices=("matrix", "decode", "busy", "cache-write", "extension", "axes", "hf", "lab", "all"),
         help="what to time (repeatable; default matrix): see docs/kernels.md",
     )
     pb.add_argument("--out", default=None, help="also write the JSON report to this file")

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from ropekit.hf.rotary import ROPEKIT_TABLES, RopekitTables
+from ropekit.rotation import fastpath
 from ropekit.rotation.apply import apply_rope_tables
 from ropekit.spec import RopeSpec
 
@@ -55,22 +56,85 @@ def _rotate(
     if d < r or (k is not None and k.shape[-1] != d):
         return None
     spec = _geometry(d, r, layout)
-    return apply_rope_tables(q, k, cos, sin, spec, format=fmt)  # type: ignore[arg-type]
+    # every layer of one forward rotates with the same tables and (almost always) the same q/k geometry: the
+    # prepared kernel call of the first layer is kept with the tables, so later layers skip the lookup
+    key = fastpath.key(q, k, cos, sin, spec, fmt, False, "auto")
+    plans = info.extra.setdefault("plans", {})
+    plan = plans.get(key) if key is not None else None
+    if plan is not None:
+        return plan(q, k, cos, sin)  # type: ignore[no-any-return]
+    out = apply_rope_tables(q, k, cos, sin, spec, format=fmt)  # type: ignore[arg-type]
+    plan = fastpath.lookup(key, spec)
+    if plan is not None:
+        plans[key] = plan
+    return out
+
+
+def _rotate_q_defer_k(
+    q: torch.Tensor, k: torch.Tensor, info: RopekitTables
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """q and k unrotated, k marked: the fused cache write rotates k into the cache and q in place
+    (:mod:`ropekit.hf.fused_cache`). None (rotate as usual) when autograd needs the rotation recorded."""
+    from ropekit.hf.fused_cache import defer_k
+
+    if (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad)) or q.dtype != k.dtype:
+        return None
+    cos, sin = _tables(info)
+    d, r = q.shape[-1], 2 * cos.shape[-1]
+    if d < r or k.shape[-1] != d:
+        return None
+    if not defer_k(k, q, info, _geometry(d, r, info.family.layout), cos, sin):
+        return None
+    return q, k
 
 
 def _fmt(unsqueeze_dim: Any) -> str | None:
     return {1: "bhsd", 2: "bshd"}.get(int(unsqueeze_dim))
 
 
+def _binder(sig: inspect.Signature) -> Callable[[tuple[Any, ...], dict[str, Any]], dict[str, Any] | None]:
+    """A cheap ``sig.bind(...).apply_defaults()`` for the plain calls (positional-or-keyword parameters only).
+
+    Returns the arguments by name, or None where the full ``inspect`` binding must decide (a parameter of another
+    kind, an unknown or repeated name, a missing argument): the answer is the same as ``Signature.bind`` gives.
+    """
+    params = list(sig.parameters.values())
+    plain = all(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params)
+    names = [p.name for p in params]
+    defaults = {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
+    nset = set(names)
+
+    def bind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any] | None:
+        if not plain or len(args) > len(names):
+            return None
+        a = dict(zip(names, args))
+        for key, val in kwargs.items():
+            if key not in nset or key in a:
+                return None
+            a[key] = val
+        if len(a) < len(names):
+            for name in names[len(args) :]:
+                if name not in a:
+                    if name not in defaults:
+                        return None
+                    a[name] = defaults[name]
+        return a
+
+    return bind
+
+
 def wrap_apply(original: Callable[..., Any], kind: str, where: tuple[str, str]) -> Callable[..., Any]:
     """The wrapper of one apply function (see the module docstring)."""
     sig = inspect.signature(original)
     table_arg = "freqs_cis" if kind.startswith("complex") else "cos"
+    _bind = _binder(sig)
 
     def rotate(a: dict[str, Any], info: RopekitTables) -> Any:
         layout = info.family.layout
         if kind == "qk":
             fmt = _fmt(a.get("unsqueeze_dim", 1))
+            if fmt == "bhsd" and a["k"] is not None and "defer_to" in info.extra:
+                return _rotate_q_defer_k(a["q"], a["k"], info)
             out = None if fmt is None else _rotate(a["q"], a["k"], info, fmt, layout)
             if out is None:
                 return None
@@ -91,12 +155,14 @@ def wrap_apply(original: Callable[..., Any], kind: str, where: tuple[str, str]) 
         return _rotate(a["xq"], a["xk"], info, fmt, layout)
 
     def apply(*args: Any, **kwargs: Any) -> Any:
-        try:
-            bound = sig.bind(*args, **kwargs)
-        except TypeError:
-            return original(*args, **kwargs)
-        bound.apply_defaults()
-        a = bound.arguments
+        a = _bind(args, kwargs)
+        if a is None:
+            try:
+                bound = sig.bind(*args, **kwargs)
+            except TypeError:
+                return original(*args, **kwargs)
+            bound.apply_defaults()
+            a = bound.arguments
         info = getattr(a.get(table_arg), ROPEKIT_TABLES, None)
         if info is not None:
             out = rotate(a, info)

@@ -28,9 +28,10 @@ from torch import nn
 
 from ropekit.hf.config import _as_dict, spec_from_hf
 from ropekit.hf.families import Family
-from ropekit.phases import rope_tables
+from ropekit.phases import INT_DTYPES, rope_tables
 from ropekit.scaling import DynamicNTK
 from ropekit.spec import RopeSpec
+from ropekit.table_cache import shared_tables
 
 __all__ = [
     "ROPEKIT_TABLES",
@@ -121,7 +122,7 @@ def _format(t: torch.Tensor, tables: str) -> torch.Tensor:
     if tables == "cat":
         return torch.cat([t, t], dim=-1)
     if tables == "interleave":
-        return torch.repeat_interleave(t, 2, dim=-1)
+        return t.unsqueeze(-1).expand(*t.shape, 2).flatten(-2)  # (c0, c0, c1, c1, ...): one copy
     return t
 
 
@@ -165,6 +166,17 @@ class RopekitRotary(nn.Module):
             from ropekit.hf.cache_correct import track
 
             seq_len = track(state, spec, position_ids, seq_len, self)
+        if (
+            seq_len is None
+            and self._ropekit_family.tables in ("cat", "interleave")
+            and position_ids.dtype in INT_DTYPES
+            and not torch.compiler.is_compiling()
+        ):
+            # read-only rows of the spec's shared exact cache (the values rope_tables returns): only ropekit's
+            # kernels read them, and the tables handed to the model are fresh copies made by the formatting
+            hit = shared_tables(position_ids.to(x.device), spec)
+            if hit is not None:
+                return hit[0], hit[1], spec
         cos, sin = rope_tables(position_ids, spec, seq_len=seq_len, device=x.device)  # [b, s, n] float32
         return cos, sin, spec
 
@@ -174,6 +186,9 @@ class RopekitRotary(nn.Module):
         fam = self._ropekit_family
         cos_h, sin_h, spec = self._ropekit_tables(x, position_ids, layer_type)
         info = RopekitTables(cos_h, sin_h, fam, spec)
+        defer = self.__dict__.get("_ropekit_defer")
+        if defer is not None:  # a ropekit.hf.fused_cache.FusedStaticCache rotates k as it writes it
+            info.extra["defer_to"] = defer
         if fam.tables == "complex":
             out = torch.complex(cos_h, sin_h)
             setattr(out, ROPEKIT_TABLES, info)

@@ -131,15 +131,41 @@ def train(
     meta: dict[str, Any] | None = None,
     precision: str = "fp32",
     compile: bool = False,
+    threads: int | str | None = None,
 ) -> TrainResult:
     """Train ``model`` for ``steps`` steps on batches from ``batcher(gen)``; resumes from ``ckpt`` if present.
 
     ``precision``: "fp32", or "bf16" (mixed: float32 weights, optimizer and loss; the linear layers' matmuls in
     bfloat16 under ``torch.autocast``; attention and RoPE stay float32, see :mod:`ropekit.lab.model`).
     ``compile``: train through ``torch.compile`` (the weights are shared with ``model``).
+    ``threads``: torch threads while training (restored after): an integer, ``"auto"``
+    (:func:`ropekit.lab.throughput.choose_threads`: fewer threads than cores when other processes load the
+    machine), or None (torch's setting).
     """
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if not (threads is None or threads == "auto" or (type(threads) is int and threads > 0)):
+        raise ValueError(f"threads must be a positive int, 'auto' or None, got {threads!r}")
+    from ropekit.lab.throughput import choose_threads, threads_set
+
+    n = choose_threads(model.cfg) if threads == "auto" else threads
+    with threads_set(n if isinstance(n, int) else None):
+        return _train(model, batcher, steps, seed, lr, desc, ckpt, ckpt_every, meta, precision, compile)
+
+
+def _train(
+    model: TinyLM,
+    batcher: Batcher,
+    steps: int,
+    seed: int,
+    lr: float,
+    desc: str,
+    ckpt: Path | None,
+    ckpt_every: int,
+    meta: dict[str, Any] | None,
+    precision: str,
+    compile: bool,
+) -> TrainResult:
     rank, size = world()  # data-parallel under torchrun (see ropekit.lab.distributed)
     if size > 1 and compile:
         raise ValueError("compile=True is not supported with data-parallel training; use one or the other")

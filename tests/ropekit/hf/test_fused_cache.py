@@ -1,0 +1,124 @@
+"""FusedStaticCache: a patched model writing rotated keys in one pass equals the unpatched model with transformers'
+own StaticCache (the oracle: transformers' eager rotation and cache write), logits and greedy generation."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+import ropekit.hf
+from ropekit.hf.fused_cache import DEFERRED, FusedStaticCache, FusedStaticLayer
+from ropekit.rotation import kv_cache
+from tests.ropekit.hf.tiny import SMALL, VOCAB
+
+
+def _models(**over: object) -> tuple[torch.nn.Module, torch.nn.Module]:
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cfg = transformers.LlamaConfig(**{**SMALL, "max_position_embeddings": 256, **over})
+        ref = transformers.LlamaForCausalLM(cfg).eval()
+        ours = ropekit.hf.patch(copy.deepcopy(ref))
+    return ref, ours
+
+
+def _steps(model: torch.nn.Module, cache: object, ids: torch.Tensor, n: int) -> list[torch.Tensor]:
+    """Prefill, then n greedy single-token steps; the logits of each forward."""
+    out = []
+    with torch.no_grad():
+        logits = model(ids, past_key_values=cache, use_cache=True).logits
+        out.append(logits)
+        for _ in range(n):
+            nxt = logits[:, -1:].argmax(-1)
+            logits = model(nxt, past_key_values=cache, use_cache=True).logits
+            out.append(logits)
+    return out
+
+
+def test_logits_and_generation_equal_transformers_static_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    ref, ours = _models()
+    writes = []
+    real = kv_cache.rope_cache_write
+
+    def counting(*a: object, **kw: object) -> object:
+        writes.append(1)
+        return real(*a, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr("ropekit.hf.fused_cache.rope_cache_write", counting)
+    ids = torch.randint(0, VOCAB, (2, 11), generator=torch.Generator().manual_seed(1))
+    want = _steps(ref, transformers.StaticCache(config=ref.config, max_cache_len=32), ids, 6)
+    got = _steps(ours, FusedStaticCache(ours, max_cache_len=32), ids, 6)
+    assert len(writes) == 7 * ours.config.num_hidden_layers  # every layer of every forward went fused
+    for w, g in zip(want, got):
+        scale = w.abs().max()
+        assert (g - w).abs().max() <= 1e-4 * scale
+    before = len(writes)
+    with torch.no_grad():
+        gen_ref = ref.generate(
+            ids,
+            past_key_values=transformers.StaticCache(config=ref.config, max_cache_len=40),
+            max_new_tokens=12,
+            do_sample=False,
+        )
+        gen_ours = ours.generate(
+            ids, past_key_values=FusedStaticCache(ours, max_cache_len=40), max_new_tokens=12, do_sample=False
+        )
+    assert torch.equal(gen_ref, gen_ours)
+    assert len(writes) - before == 12 * ours.config.num_hidden_layers  # generate() took the fused path too
+
+
+def test_negative_control_unrotated_keys_differ(monkeypatch: pytest.MonkeyPatch) -> None:
+    """If the cache wrote k without rotating it, the logits would differ: the comparison above can fail."""
+    ref, ours = _models()
+
+    def unrotated(
+        k: torch.Tensor,
+        v: torch.Tensor,
+        ck: torch.Tensor,
+        cv: torch.Tensor,
+        off: torch.Tensor,
+        *a: object,
+        **kw: object,
+    ) -> None:
+        o = int(off[0])
+        ck[:, :, o : o + k.shape[2]] = k
+        cv[:, :, o : o + k.shape[2]] = v
+
+    monkeypatch.setattr("ropekit.hf.fused_cache.rope_cache_write", unrotated)
+    ids = torch.randint(0, VOCAB, (1, 9), generator=torch.Generator().manual_seed(2))
+    want = _steps(ref, transformers.StaticCache(config=ref.config, max_cache_len=16), ids, 2)
+    got = _steps(ours, FusedStaticCache(ours, max_cache_len=16), ids, 2)
+    assert (got[0] - want[0]).abs().max() > 1e-2 * want[0].abs().max()
+
+
+def test_other_caches_still_rotate_keys_and_deferral_is_checked() -> None:
+    ref, ours = _models()
+    ids = torch.randint(0, VOCAB, (1, 7), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        want = ref(ids).logits
+        for cache in (None, transformers.DynamicCache(config=ours.config)):
+            assert torch.allclose(ours(ids, past_key_values=cache).logits, want, atol=1e-4, rtol=1e-4)
+    # a layer that does not write the deferred k (a model using k outside the cache) is an error, never silent
+    cache = FusedStaticCache(ours, max_cache_len=16)
+    cache.layers[0].__class__ = transformers.cache_utils.StaticLayer
+    with torch.no_grad(), pytest.raises(RuntimeError, match="never reached the cache"):
+        ours(ids, past_key_values=cache)
+    assert all(type(layer) is FusedStaticLayer for layer in FusedStaticCache(ours, 16).layers)
+    assert DEFERRED == "_ropekit_deferred_k"
+
+
+def test_refusals_name_the_problem() -> None:
+    ref, _ = _models()
+    with pytest.raises(ValueError, match="patched by ropekit.hf.patch"):
+        FusedStaticCache(ref, max_cache_len=16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cfg = transformers.MistralConfig(**{**SMALL, "sliding_window": 4, "max_position_embeddings": 256})
+        mistral = ropekit.hf.patch(transformers.MistralForCausalLM(cfg).eval())
+    with pytest.raises(ValueError, match="full-attention layers only.*StaticSlidingWindowLayer"):
+        FusedStaticCache(mistral, max_cache_len=16)
