@@ -101,10 +101,11 @@ def test_parse_reads_verbose_lines_and_the_summary() -> None:
     assert run.count(res) == {"ERROR": 1, "FAILED": 1, "PASSED": 2, "SKIPPED": 1}
 
 
-def test_regressions_are_passes_that_do_not_pass_patched_including_tests_never_reached() -> None:
-    base = {"a": "PASSED", "b": "PASSED", "c": "FAILED", "d": "PASSED", "e": "SKIPPED"}
-    ours = {"a": "PASSED", "b": "FAILED", "c": "PASSED", "e": "FAILED"}
-    assert run.regressions(base, ours) == ["b", "d"]
+def test_regressions_are_passes_that_ran_patched_without_passing_unreached_ones_apart() -> None:
+    base = {"a": "PASSED", "b": "PASSED", "c": "FAILED", "d": "PASSED", "e": "SKIPPED", "f": "PASSED"}
+    ours = {"a": "PASSED", "b": "FAILED", "c": "PASSED", "e": "FAILED", "f": "ERROR"}
+    assert run.regressions(base, ours) == ["b", "f"]
+    assert run.not_reached(base, ours) == ["d"]
 
 
 def test_matrix_is_written_between_the_markers_only(tmp_path: Path) -> None:
@@ -115,13 +116,18 @@ def test_matrix_is_written_between_the_markers_only(tmp_path: Path) -> None:
         "unpatched": {"PASSED": 2, "FAILED": 1, "SKIPPED": 3},
         "patched": {"PASSED": 1, "FAILED": 2, "SKIPPED": 3},
         "broken": {"t": "FAILED: boom"},
+        "not_reached": ["u", "v"],
+        "patched_status": "timeout after 9 s",
         "models": {"patched": 5},
     }
     table = run.matrix([result, {"family": "y", "status": "no tests/models/y/test_modeling_y.py"}], "src")
     run.write_docs(doc, table)
     text = doc.read_text()
     assert text.startswith("intro\n") and text.endswith("\noutro\n") and "old table" not in text
-    assert "| x | 2 / 1 / 3 | 1 / 2 / 3 | 1 | patched 5 |" in text
+    assert (
+        "| x | 2 / 1 / 3 | 1 / 2 / 3 | 1 (timeout after 9 s; 2 tests passing unpatched not reached patched) |"
+        in text
+    )
     assert "| y | no tests/models/y/test_modeling_y.py |" in text
     bare = tmp_path / "bare.md"
     bare.write_text("no markers\n")

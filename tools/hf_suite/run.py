@@ -66,8 +66,13 @@ def count(r: dict[str, str]) -> dict[str, int]:
 
 
 def regressions(base: dict[str, str], ours: dict[str, str]) -> list[str]:
-    """Tests that pass unpatched and do not pass patched (absent patched counts: the run died before them)."""
-    return sorted(t for t, s in base.items() if s == "PASSED" and ours.get(t) != "PASSED")
+    """Tests that pass unpatched and ran patched without passing."""
+    return sorted(t for t, s in base.items() if s == "PASSED" and ours.get(t, "PASSED") != "PASSED")
+
+
+def not_reached(base: dict[str, str], ours: dict[str, str]) -> list[str]:
+    """Tests that pass unpatched and never ran patched (the patched run timed out or died before them)."""
+    return sorted(t for t, s in base.items() if s == "PASSED" and t not in ours)
 
 
 def _pytest(
@@ -123,7 +128,8 @@ def run_family(tests: Path, fam: str, timeout: float, k: str | None) -> dict[str
         "unpatched_status": meta_b["status"],
         "patched_status": meta_o["status"],
         "models": meta_o.get("models", {}),
-        "broken": {t: f"{ours.get(t, 'not run')}: {why.get(t, '')}" for t in broken},
+        "broken": {t: f"{ours[t]}: {why.get(t, '')}" for t in broken},
+        "not_reached": not_reached(base, ours),
         "passes_only_patched": sorted(
             t for t, s in ours.items() if s == "PASSED" and base.get(t) != "PASSED"
         ),
@@ -150,13 +156,18 @@ def matrix(results: list[dict[str, object]], source: str) -> str:
         if "unpatched" not in r:
             lines.append(f"| {r['family']} | {r.get('status')} | | | |")
             continue
-        notes = "; ".join(str(s) for s in (r.get("unpatched_status"), r.get("patched_status")) if s)
-        broken = r.get("broken") or {}
+        raw: dict[str, str] = r.get("broken") or {}  # type: ignore[assignment]
+        broken = [
+            t for t, w in raw.items() if not w.startswith("not run")
+        ]  # older results: unreached as broken
+        lost = len(r.get("not_reached") or []) + len(raw) - len(broken)  # type: ignore[arg-type]
+        notes = [str(s) for s in (r.get("unpatched_status"), r.get("patched_status")) if s]
+        notes += [f"{lost} tests passing unpatched not reached patched"] if lost else []
         models = r.get("models") or {}
         mtxt = ", ".join(f"{k} {v}" for k, v in models.items()) if isinstance(models, dict) else ""  # type: ignore[union-attr]
         lines.append(
             f"| {r['family']} | {_fmt(r['unpatched'])} | {_fmt(r['patched'])} | "
-            f"{len(broken)}{' ' + notes if notes else ''} | {mtxt[:200]} |"  # type: ignore[arg-type]
+            f"{len(broken)}{' (' + '; '.join(notes) + ')' if notes else ''} | {mtxt[:200]} |"  # type: ignore[arg-type]
         )
     return "\n".join(lines)
 
@@ -206,6 +217,8 @@ def per_family(args: argparse.Namespace) -> int:
         )
         for t, why in (r.get("broken") or {}).items():  # type: ignore[union-attr]
             print(f"  BROKEN BY THE PATCH: {t} ({why})")
+        if r.get("not_reached"):
+            print(f"  {len(r['not_reached'])} tests passing unpatched were not reached patched")  # type: ignore[arg-type]
         bad += len(r.get("broken") or {})  # type: ignore[arg-type]
     stored = [json.loads(p.read_text()) for p in sorted(RESULTS.glob("*.json"))]
     table = matrix(stored, _source(tests))
