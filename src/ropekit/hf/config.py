@@ -81,11 +81,16 @@ class _Reader:
         warnings.warn(f"{msg} (accepted because strict=False)", stacklevel=4)
 
 
+#: set by _as_dict on a config *object*: transformers has standardized it already (no legacy aliases to apply)
+_FROM_OBJECT = "__ropekit_from_config_object__"
+
+
 def _as_dict(config: Any) -> dict[str, Any]:
     if isinstance(config, dict):
         return dict(config)
     if hasattr(config, "to_dict"):
         d = dict(config.to_dict())
+        d[_FROM_OBJECT] = True
         for key in ("head_dim", "rope_parameters", "max_position_embeddings", "model_type"):
             if key not in d and getattr(config, key, None) is not None:
                 d[key] = getattr(config, key)
@@ -160,7 +165,10 @@ def _rope_dict(cfg: dict[str, Any], layer_type: str | None, model_type: str) -> 
             rp["partial_rotary_factor"] = cfg["rotary_dim"] / _head_dim(cfg)
         elif model_type == "gpt_neox":
             rp["partial_rotary_factor"] = 0.25
-    if model_type in ("phi3", "phimoe") and rp["rope_type"] in ("su", "yarn"):  # Phi-3: both mean longrope
+    # Phi-3 config.json: "su" and "yarn" both mean longrope (transformers converts them when it builds the config
+    # object; a yarn set on the object afterwards is yarn to its rotary module, as in its own rope-scaling test)
+    legacy = ("su",) if cfg.get(_FROM_OBJECT) else ("su", "yarn")
+    if model_type in ("phi3", "phimoe") and rp["rope_type"] in legacy:
         rp["rope_type"] = "longrope"
     if rp["rope_type"] == "dynamic" and "alpha" in rp:  # HunYuan: static NTK-alpha
         rp["rope_type"] = "ntk_alpha"
