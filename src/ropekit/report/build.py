@@ -170,6 +170,28 @@ def _spec_sections(spec: RopeSpec, context: int, name: str, out: dict[str, list[
     return data
 
 
+def _spec_json(spec: RopeSpec) -> dict[str, Any]:
+    """The spec as config.json keys; specs transformers cannot express (a vision tower's per-axis table) as
+    ropekit's own fields, with the reason."""
+    try:
+        return spec.to_hf()
+    except ValueError as e:
+        return {
+            "no_transformers_form": str(e),
+            "head_dim": spec.head_dim,
+            "rotary_dim": spec.rotary_dim,
+            "layout": spec.layout,
+            "freqs": None if spec.freqs is None else list(spec.freqs),
+            "axes": None
+            if spec.axes is None
+            else {
+                "scheme": spec.axes.scheme,
+                "sections": list(spec.axes.sections),
+                "names": list(spec.axes.names),
+            },
+        }
+
+
 def build_report(source: Source) -> Report:
     """Every analysis and figure for ``source``."""
     figs: dict[str, list[Figure]] = {k: [] for k in _SECTIONS}
@@ -177,7 +199,7 @@ def build_report(source: Source) -> Report:
     for label, spec in source.specs.items():
         name = f"{source.name} / {label}" if label else source.name
         per_spec[label or "default"] = {
-            "spec": spec.to_hf(),
+            "spec": _spec_json(spec),
             **_spec_sections(spec, source.context, name, figs),
         }
     data: dict[str, Any] = {
