@@ -164,7 +164,9 @@ def matrix(results: list[dict[str, object]], source: str) -> str:
         notes = [str(s) for s in (r.get("unpatched_status"), r.get("patched_status")) if s]
         notes += [f"{lost} tests passing unpatched not reached patched"] if lost else []
         models = r.get("models") or {}
-        mtxt = ", ".join(f"{k} {v}" for k, v in models.items()) if isinstance(models, dict) else ""  # type: ignore[union-attr]
+        refused = sum(v for k, v in models.items() if k.startswith("refused"))  # type: ignore[union-attr]
+        kept = {k: v for k, v in models.items() if not k.startswith("refused")}  # type: ignore[union-attr]
+        mtxt = ", ".join(f"{k} {v}" for k, v in kept.items()) + (f", refused {refused}" if refused else "")
         lines.append(
             f"| {r['family']} | {_fmt(r['unpatched'])} | {_fmt(r['patched'])} | "
             f"{len(broken)}{' (' + '; '.join(notes) + ')' if notes else ''} | {mtxt[:200]} |"  # type: ignore[arg-type]
