@@ -48,9 +48,11 @@ def run(
     for m in selected:
         if m not in MODES:
             raise ValueError(f"bench mode must be one of {', '.join(MODES)} or all, got {m!r}")
-    if device != "cpu" and any(m in ("busy", "cache-write", "extension", "axes", "hf", "lab") for m in selected):
+    cpu_only = [m for m in selected if m in ("busy", "cache-write", "extension", "axes", "hf", "lab")]
+    if device != "cpu" and cpu_only:
         raise ValueError(
-            f"bench modes busy, cache-write, extension, axes, hf and lab run on the CPU only, got device {device!r}"
+            f"bench modes {', '.join(cpu_only)} run on the CPU only (busy, cache-write, extension, axes, hf, lab), "
+            f"got device {device!r}"
         )
     rounds = rounds or (5 if quick else 15)
     results: list[dict[str, Any]] = []
