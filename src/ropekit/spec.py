@@ -252,11 +252,20 @@ class RopeSpec:
 
         return spec_from_hf(config, layer_type=layer_type, strict=strict, layout=layout)
 
-    def to_hf(self) -> dict[str, Any]:
-        """The transformers v5 config fragment ``{"head_dim", "rope_parameters", ...}``; lossless via from_hf."""
+    def to_hf(self, schema: Literal["v5", "v4"] = "v5") -> dict[str, Any]:
+        """The transformers config fragment; lossless via from_hf.
+
+        Args:
+            schema: "v5" (default) writes ``{"head_dim", "rope_parameters", ...}``; "v4" writes transformers 4.x's
+                ``{"head_dim", "rope_theta", "rope_scaling", ["partial_rotary_factor"], ...}`` (see
+                :func:`ropekit.hf.config.spec_to_hf`).
+
+        Raises:
+            ValueError: naming ``schema`` when it is neither; for specs the schema cannot express.
+        """
         from ropekit.hf.config import spec_to_hf
 
-        return spec_to_hf(self)
+        return spec_to_hf(self, schema=schema)
 
     def pairs(self) -> tuple[list[int], list[int]]:
         """Channel indices (x, y) of each band: band i rotates (x_i, y_i) -> (x cos - y sin, y cos + x sin)."""

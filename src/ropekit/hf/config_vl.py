@@ -18,7 +18,7 @@ are read by the 1-D parser (:func:`ropekit.hf.config.spec_from_hf`) after removi
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Literal
 
 from ropekit.axes import AxisMap
 from ropekit.spec import RopeSpec
@@ -159,14 +159,22 @@ def spec_from_hf_vl(
     return dataclasses.replace(base_spec, axes=axes)
 
 
-def spec_to_hf_vl(spec: RopeSpec) -> dict[str, Any]:
-    """The v5 text-config fragment of a multi-axis spec: 1-D keys plus ``mrope_section`` (``mrope_interleaved``).
+def spec_to_hf_vl(spec: RopeSpec, schema: Literal["v5", "v4"] = "v5") -> dict[str, Any]:
+    """The text-config fragment of a multi-axis spec: 1-D keys plus ``mrope_section`` (``mrope_interleaved``).
+
+    ``schema="v5"`` puts them in ``rope_parameters``; ``schema="v4"`` in ``rope_scaling`` beside the top-level
+    ``rope_theta`` (:func:`ropekit.hf.config.spec_to_hf`), in the form transformers 4.x re-saved each family:
+    contiguous maps (Qwen2-VL, Qwen2.5-VL, GLM-4V) as ``{"type": "default", "rope_type": "default",
+    "mrope_section": [...]}`` (v4 turned the hub's ``"type": "mrope"`` into ``default`` and copied it to
+    ``rope_type``); interleaved maps (Qwen3-VL) as ``{"rope_type": "default", "mrope_section": [...],
+    "mrope_interleaved": true}``.
 
     The family (layout, ERNIE's section order) is not part of the fragment: pass ``model_type`` (or ``layout=``)
-    back to ``from_hf``. ERNIE-style ("lta") maps are written in ERNIE's (h, w, t) order.
+    back to ``from_hf``. ERNIE-style ("lta") maps are written in ERNIE's (h, w, t) order (v5 only).
 
     Raises:
-        ValueError: for maps transformers cannot express (explicit maps, axes other than (t, h, w)).
+        ValueError: for maps transformers cannot express (explicit maps, axes other than (t, h, w)); in v4 also
+            ERNIE-style maps (transformers 4 had no ERNIE-4.5-VL class).
     """
     from ropekit.hf.config import spec_to_hf
 
@@ -177,8 +185,20 @@ def spec_to_hf_vl(spec: RopeSpec) -> dict[str, Any]:
             f"RopeSpec.axes={axes!r} has no transformers mrope_section equivalent (needs a t, h, w contiguous, "
             "interleaved or ERNIE-style map)"
         )
-    out = spec_to_hf(dataclasses.replace(spec, axes=None))
-    rp = out["rope_parameters"]
+    if schema == "v4" and axes.scheme == "lta":
+        raise ValueError(
+            f"RopeSpec.axes={axes!r} (ERNIE-4.5-VL's map) has no transformers v4 form: v4 had no ERNIE-4.5-VL "
+            "config; use schema='v5'"
+        )
+    out = spec_to_hf(dataclasses.replace(spec, axes=None), schema=schema)
+    if schema == "v4":
+        rp = dict(out["rope_scaling"] or {"rope_type": "default"})
+        if axes.scheme == "contiguous":  # the re-saved Qwen2-VL / GLM-4V form: type copied to rope_type
+            t = rp.pop("type", None) or rp.pop("rope_type")
+            rp = {"type": t, "rope_type": t, **{k: v for k, v in rp.items() if k != "rope_type"}}
+        out["rope_scaling"] = rp
+    else:
+        rp = out["rope_parameters"]
     if axes.scheme == "lta":
         t, h, w = axes.sections
         rp["mrope_section"] = [h, w, t]
