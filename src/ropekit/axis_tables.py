@@ -191,20 +191,78 @@ def equal_axes_row(positions: torch.Tensor, spec: RopeSpec) -> torch.Tensor | No
     return pos[0] if bool((pos[1:] == pos[:1]).all()) else None
 
 
+#: attribute of a Rotary holding the per-token tables of the last positions tensor it gathered for
+_MEMO = "_ropekit_axis_memo"
+
+
+def _version(t: torch.Tensor) -> int | None:
+    try:
+        return int(t._version)
+    except RuntimeError:  # inference tensors track no version: never memoised
+        return None
+
+
+def memo_hit(rotary: torch.nn.Module, positions: object) -> tuple[Any, ...] | None:
+    """The tables :func:`rotary_forward_axes` gathered for this very positions tensor, if it is unchanged since.
+
+    A model's L attention layers call one Rotary with the same positions tensor in one forward: the first call
+    gathers the per-token tables, the others reuse them. The key is the tensor object itself (held, so its memory
+    cannot be reused by another tensor), its version counter (any in-place change misses) and the module's device.
+    Never under ``torch.compile``.
+    """
+    memo = rotary.__dict__.get(_MEMO)
+    if memo is None or memo[0] is not positions or torch.compiler.is_compiling():
+        return None
+    v = _version(positions)
+    if v is None or memo[1] != v or memo[2] != rotary.inv_freq.device:
+        return None
+    return memo  # type: ignore[no-any-return]
+
+
+#: attribute of a Rotary holding the last positions tensor found to have every axis equal, and its row 0
+_EQUAL = "_ropekit_axis_equal"
+
+
+def equal_row_memo(rotary: torch.nn.Module, positions: object) -> torch.Tensor | None:
+    """Row 0 of this very positions tensor if an earlier call found every axis equal and it is unchanged since
+    (same object, same version counter): the other layers of a decoding step skip the comparison and its host
+    sync. Never under ``torch.compile``."""
+    memo = rotary.__dict__.get(_EQUAL)
+    if memo is None or memo[0] is not positions or torch.compiler.is_compiling():
+        return None
+    v = _version(positions)
+    return memo[2] if v is not None and memo[1] == v else None
+
+
+def remember_equal_row(rotary: torch.nn.Module, positions: torch.Tensor, row: torch.Tensor) -> None:
+    """Record that ``positions`` has every axis equal (``row`` is its row 0), for :func:`equal_row_memo`."""
+    v = _version(positions)
+    if v is not None and not torch.compiler.is_compiling():
+        rotary.__dict__[_EQUAL] = (positions, v, row)
+
+
 def rotary_forward_axes(
     rotary: torch.nn.Module, q: torch.Tensor, k: torch.Tensor | None, positions: torch.Tensor, inplace: bool
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """:class:`ropekit.Rotary`'s forward for a multi-axis spec: per-axis rows from its cache, then selection."""
     spec: RopeSpec = rotary.spec  # type: ignore[assignment]
     fmt: str = rotary.format  # type: ignore[assignment]
-    pos = check_axis_positions(positions, spec)
+    memo = memo_hit(rotary, positions)
+    pos = memo[3] if memo is not None else check_axis_positions(positions, spec)
     if not isinstance(q, torch.Tensor) or q.dim() != (3 if fmt == "thd" else 4):
         shape = tuple(q.shape) if isinstance(q, torch.Tensor) else type(q).__name__
         raise ValueError(f"q must be a {3 if fmt == 'thd' else 4}-D tensor for format={fmt!r}, got {shape}")
     _check_positions_shape(pos[0], q, fmt)
-    if fmt != "thd" and pos.dim() == 3 and pos.shape[1] == 1:
-        pos = pos[:, 0]
-    cos, sin = _cached_axis_tables(rotary, pos, spec)
+    if memo is not None:
+        cos, sin = memo[4], memo[5]
+    else:
+        checked = pos
+        if fmt != "thd" and pos.dim() == 3 and pos.shape[1] == 1:
+            pos = pos[:, 0]
+        cos, sin = _cached_axis_tables(rotary, pos, spec)
+        v = _version(positions)
+        if v is not None and not torch.compiler.is_compiling():
+            rotary.__dict__[_MEMO] = (positions, v, rotary.inv_freq.device, checked, cos, sin)
     cos, sin = cos.to(q.device), sin.to(q.device)
     return apply_rope_tables(q, k, cos, sin, spec, format=fmt, inplace=inplace)  # type: ignore[arg-type]
 

@@ -152,11 +152,22 @@ class Rotary(nn.Module):
             (q_rot, k_rot), k_rot None when k is None.
         """
         if self.spec.axes is not None:  # multi-axis spec: positions [n_axes, ...] (ropekit.axis_tables)
-            from ropekit.axis_tables import equal_axes_row, rotary_forward_axes
+            from ropekit.axis_tables import (
+                equal_axes_row,
+                equal_row_memo,
+                memo_hit,
+                remember_equal_row,
+                rotary_forward_axes,
+            )
 
-            same = equal_axes_row(positions, self.spec)  # all axes equal: exactly the 1-D rotation below
-            if same is None:
+            if memo_hit(self, positions) is not None:  # same positions tensor as the last (multi-axis) call
                 return rotary_forward_axes(self, q, k, positions, inplace)
+            same = equal_row_memo(self, positions)
+            if same is None:
+                same = equal_axes_row(positions, self.spec)  # all axes equal: exactly the 1-D rotation below
+                if same is None:
+                    return rotary_forward_axes(self, q, k, positions, inplace)
+                remember_equal_row(self, positions, same)
             positions = same
         akey, out = self._decode_fast(q, k, positions, inplace)
         if out is not None:

@@ -342,3 +342,78 @@ def test_equal_axes_take_the_one_d_path_bit_identically(kind: str, monkeypatch: 
     cos, sin = axis_tables(pos, spec)
     want = apply_rope_tables(q, k, cos, sin, spec)
     assert taken and torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])  # type: ignore[arg-type]
+
+
+def test_rotary_reuses_the_gathered_tables_of_the_same_positions_tensor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A model's layers call one Rotary with the same positions tensor: the first call gathers the per-token
+    tables, later calls reuse them -- only while it is the same, unchanged tensor. Every result is checked against
+    tables built from scratch by axis_tables; an in-place change, another tensor with other values, an
+    inference tensor and a new q shape are all rotated correctly."""
+    import sys
+
+    at = sys.modules["ropekit.axis_tables"]
+    spec = qwen2_vl_spec(16, 1e4, (2, 3, 3))
+    rot = Rotary(spec, max_seq_len=64)
+    pos = torch.tensor(
+        [[[0, 1, 2, 2, 2, 2, 5]], [[0, 1, 2, 2, 3, 3, 5]], [[0, 1, 2, 3, 2, 3, 5]]]
+    )  # [3, 1, 7]
+    gathers: list[int] = []
+    real = at._gather_bands
+    monkeypatch.setattr(at, "_gather_bands", lambda *a: gathers.append(1) or real(*a))
+
+    def check(q: torch.Tensor, p: torch.Tensor) -> None:
+        got, _ = rot(q, None, positions=p)
+        cos, sin = axis_tables(p, spec)  # built from scratch (exact phases), not from any cache
+        want, _ = apply_rope_tables(q, None, cos, sin, spec)
+        assert torch.equal(got, want)
+
+    for _ in range(3):  # three "layers"
+        check(torch.randn(1, 7, 2, 16), pos)
+    assert len(gathers) == 1
+    check(torch.randn(2, 7, 4, 16), pos)  # another batch / head count: same tables, still validated
+    assert len(gathers) == 1
+    with pytest.raises(ValueError):
+        rot(torch.randn(1, 6, 2, 16), None, positions=pos)  # 6 tokens against 7 positions
+    pos[2, 0, 6] = 40  # in place: the version counter changes, the tables are gathered again
+    check(torch.randn(1, 7, 2, 16), pos)
+    assert len(gathers) == 2
+    other = pos.clone()
+    other[1, 0, 3] = 9
+    check(torch.randn(1, 7, 2, 16), other)
+    assert len(gathers) == 3
+    with torch.inference_mode():
+        frozen = pos + 1
+        for _ in range(2):
+            check(torch.randn(1, 7, 2, 16), frozen)
+    assert len(gathers) == 5  # inference tensors have no version counter: never reused
+
+
+def test_rotary_remembers_equal_axes_only_for_the_same_unchanged_tensor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Decoding: every axis equal, so the 1-D path runs; the equality check (a host sync) runs once per positions
+    tensor, and an in-place change that makes the axes differ is noticed (checked against axis_tables)."""
+    import sys
+
+    at = sys.modules["ropekit.axis_tables"]
+    spec = qwen3_vl_spec(16, 1e4, (4, 2, 2))
+    rot = Rotary(spec, max_seq_len=64)
+    pos = torch.tensor([[[40], [41]]] * 3)  # [3, b=2, s=1]
+    checks: list[int] = []
+    real = at.equal_axes_row
+    monkeypatch.setattr(at, "equal_axes_row", lambda *a: checks.append(1) or real(*a))
+
+    def check(p: torch.Tensor) -> None:
+        q = torch.randn(2, 1, 4, 16)
+        got, _ = rot(q, None, positions=p)
+        cos, sin = axis_tables(p, spec)
+        assert torch.equal(got, apply_rope_tables(q, None, cos, sin, spec)[0])
+
+    for _ in range(3):
+        check(pos)
+    assert len(checks) == 1
+    pos[1, 0, 0] = 7  # now the axes differ
+    check(pos)
+    assert len(checks) == 2
