@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -150,7 +150,9 @@ def apply_rope_axes(
     Raises:
         TypeError, ValueError: naming the argument, before any tensor is modified.
     """
-    pos = check_axis_positions(positions, spec)
+    need64 = any(isinstance(t, torch.Tensor) and t.dtype == torch.float64 for t in (q, k))
+    memo = _last_call(positions, spec, q, need64)
+    pos = memo[4] if memo is not None else check_axis_positions(positions, spec)
     if format not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
     if not isinstance(q, torch.Tensor) or q.dim() != (3 if format == "thd" else 4):
@@ -159,21 +161,58 @@ def apply_rope_axes(
             f"q must be a {3 if format == 'thd' else 4}-D tensor for format={format!r}, got {shape}"
         )
     _check_positions_shape(pos[0], q, format)
-    if format != "thd" and pos.dim() == 3 and pos.shape[1] == 1:
-        pos = pos[:, 0]
-    same = equal_axes_row(pos, spec)
+    if memo is not None:
+        same, cos, sin = memo[5], memo[6], memo[7]
+    else:
+        checked = pos
+        if format != "thd" and pos.dim() == 3 and pos.shape[1] == 1:
+            pos = pos[:, 0]
+        same = equal_axes_row(pos, spec)
+        cos = sin = None
+        if same is None:
+            hit = None
+            if not (
+                need64 or pos.dtype.is_floating_point or pos.numel() == 0 or torch.compiler.is_compiling()
+            ):
+                cache = shared_cache(
+                    _one_axis(spec), q.device
+                )  # the exact rows apply_rope's 1-D path reads too
+                hit = None if cache is None else _gather_bands(cache, pos.to(q.device), spec)
+            if hit is not None:
+                cos, sin = hit
+            else:
+                cos, sin = axis_tables(
+                    pos, spec, dtype=torch.float64 if need64 else torch.float32, device=q.device
+                )
+        v = _version(positions)
+        if v is not None and not torch.compiler.is_compiling():
+            _LAST_CALL[0] = (positions, v, spec, (q.device, need64), checked, same, cos, sin)
     if same is not None:  # every axis at the same position (text tokens, decoding): exactly plain RoPE
         return apply_rope(q, k, same, _one_axis(spec), format=format, inplace=inplace, backend=backend)
-    need64 = q.dtype == torch.float64 or (k is not None and k.dtype == torch.float64)
-    hit = None
-    if not (need64 or pos.dtype.is_floating_point or pos.numel() == 0 or torch.compiler.is_compiling()):
-        cache = shared_cache(_one_axis(spec), q.device)  # the exact rows apply_rope's 1-D path reads too
-        hit = None if cache is None else _gather_bands(cache, pos.to(q.device), spec)
-    if hit is not None:
-        cos, sin = hit
-    else:
-        cos, sin = axis_tables(pos, spec, dtype=torch.float64 if need64 else torch.float32, device=q.device)
+    assert cos is not None and sin is not None
     return apply_rope_tables(q, k, cos, sin, spec, format=format, inplace=inplace, backend=backend)
+
+
+#: the last call of apply_rope_axes: (positions, version, spec, (device, float64), validated positions, equal-axes
+#: row or None, cos, sin); a model's layers pass the same positions tensor, so only the first layer gathers
+_LAST_CALL: list[tuple[Any, ...] | None] = [None]
+
+
+def _last_call(positions: object, spec: RopeSpec, q: object, need64: bool) -> tuple[Any, ...] | None:
+    """The tables of the last :func:`apply_rope_axes` call if it had this very, unchanged positions tensor (same
+    object, same version counter), the same spec and q's device and precision. Never under ``torch.compile``."""
+    memo = _LAST_CALL[0]
+    if (
+        memo is None
+        or memo[0] is not positions
+        or not isinstance(q, torch.Tensor)
+        or torch.compiler.is_compiling()
+    ):
+        return None
+    v = _version(cast(torch.Tensor, positions))
+    if v is None or memo[1] != v or memo[3] != (q.device, need64) or not (memo[2] is spec or memo[2] == spec):
+        return None
+    return memo
 
 
 def equal_axes_row(positions: torch.Tensor, spec: RopeSpec) -> torch.Tensor | None:

@@ -417,3 +417,40 @@ def test_rotary_remembers_equal_axes_only_for_the_same_unchanged_tensor(
     pos[1, 0, 0] = 7  # now the axes differ
     check(pos)
     assert len(checks) == 2
+
+
+def test_apply_rope_axes_reuses_the_tables_of_the_same_positions_tensor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """apply_rope_axes called by every layer with one positions tensor gathers once; another spec, a float64 q, an
+    in-place change or another tensor gather again -- every result checked against tables from axis_tables."""
+    import sys
+
+    at = sys.modules["ropekit.axis_tables"]
+    spec = qwen2_vl_spec(16, 1e4, (2, 3, 3))
+    other_spec = qwen3_vl_spec(16, 1e4, (4, 2, 2))
+    pos = torch.tensor([[0, 1, 2, 2, 2, 2, 5], [0, 1, 2, 2, 3, 3, 5], [0, 1, 2, 3, 2, 3, 5]])  # [3, 7]
+    gathers: list[int] = []
+    real = at._gather_bands
+    monkeypatch.setattr(at, "_gather_bands", lambda *a: gathers.append(1) or real(*a))
+
+    def check(p: torch.Tensor, sp: RopeSpec = spec, dtype: torch.dtype = torch.float32) -> None:
+        q, k = torch.randn(2, 7, 4, 16, dtype=dtype), torch.randn(2, 7, 2, 16, dtype=dtype)
+        got = apply_rope_axes(q, k, p, sp)
+        cos, sin = axis_tables(p, sp, dtype=dtype)
+        want = apply_rope_tables(q, k, cos, sin, sp)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])  # type: ignore[arg-type]
+
+    for _ in range(3):
+        check(pos)
+    assert len(gathers) == 1
+    check(pos, other_spec)
+    assert len(gathers) == 2
+    check(pos, other_spec, torch.float64)  # float64 q: exact float64 tables, not the float32 cache
+    check(pos, other_spec)
+    assert len(gathers) == 3
+    pos[1, 4] = 6
+    check(pos, other_spec)
+    assert len(gathers) == 4
+    with pytest.raises(ValueError, match="format"):
+        apply_rope_axes(torch.randn(2, 7, 4, 16), None, pos, other_spec, format="nope")  # type: ignore[arg-type]
