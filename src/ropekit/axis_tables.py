@@ -199,20 +199,13 @@ _LAST_CALL: list[tuple[Any, ...] | None] = [None]
 
 
 def _last_call(positions: object, spec: RopeSpec, q: object, need64: bool) -> tuple[Any, ...] | None:
-    """The tables of the last :func:`apply_rope_axes` call if it had this very, unchanged positions tensor (same
-    object, same version counter), the same spec and q's device and precision. Never under ``torch.compile``."""
+    """The tables of the last :func:`apply_rope_axes` call if it had this very, unchanged positions tensor, the
+    same spec and q's device and precision (:func:`_fresh`)."""
     memo = _LAST_CALL[0]
-    if (
-        memo is None
-        or memo[0] is not positions
-        or not isinstance(q, torch.Tensor)
-        or torch.compiler.is_compiling()
-    ):
+    if not isinstance(q, torch.Tensor) or not _fresh(memo, positions):
         return None
-    v = _version(cast(torch.Tensor, positions))
-    if v is None or memo[1] != v or memo[3] != (q.device, need64) or not (memo[2] is spec or memo[2] == spec):
-        return None
-    return memo
+    assert memo is not None
+    return memo if memo[3] == (q.device, need64) and (memo[2] is spec or memo[2] == spec) else None
 
 
 def equal_axes_row(positions: torch.Tensor, spec: RopeSpec) -> torch.Tensor | None:
@@ -241,6 +234,16 @@ def _version(t: torch.Tensor) -> int | None:
         return None
 
 
+def _fresh(memo: tuple[Any, ...] | None, positions: object) -> bool:
+    """A memory ``(positions, version, ...)`` still holds for ``positions``: the very same tensor object (held by
+    the memory, so its storage cannot pass to another tensor) with the same version counter (an in-place change
+    misses). Never under ``torch.compile``; inference tensors (no version counter) never match."""
+    if memo is None or memo[0] is not positions or torch.compiler.is_compiling():
+        return False
+    v = _version(cast(torch.Tensor, positions))
+    return v is not None and memo[1] == v
+
+
 def memo_hit(rotary: torch.nn.Module, positions: object) -> tuple[Any, ...] | None:
     """The tables :func:`rotary_forward_axes` gathered for this very positions tensor, if it is unchanged since.
 
@@ -250,12 +253,7 @@ def memo_hit(rotary: torch.nn.Module, positions: object) -> tuple[Any, ...] | No
     Never under ``torch.compile``.
     """
     memo = rotary.__dict__.get(_MEMO)
-    if memo is None or memo[0] is not positions or torch.compiler.is_compiling():
-        return None
-    v = _version(positions)
-    if v is None or memo[1] != v or memo[2] != rotary.inv_freq.device:
-        return None
-    return memo  # type: ignore[no-any-return]
+    return memo if _fresh(memo, positions) and memo[2] == rotary.inv_freq.device else None  # type: ignore[index]
 
 
 #: attribute of a Rotary holding the last positions tensor found to have every axis equal, and its row 0
@@ -267,10 +265,7 @@ def equal_row_memo(rotary: torch.nn.Module, positions: object) -> torch.Tensor |
     (same object, same version counter): the other layers of a decoding step skip the comparison and its host
     sync. Never under ``torch.compile``."""
     memo = rotary.__dict__.get(_EQUAL)
-    if memo is None or memo[0] is not positions or torch.compiler.is_compiling():
-        return None
-    v = _version(positions)
-    return memo[2] if v is not None and memo[1] == v else None
+    return memo[2] if _fresh(memo, positions) else None  # type: ignore[index]
 
 
 def remember_equal_row(rotary: torch.nn.Module, positions: torch.Tensor, row: torch.Tensor) -> None:

@@ -21,6 +21,7 @@ import math
 import warnings
 from typing import Any, Literal
 
+from ropekit.hf.config_v4 import check_schema, spec_to_hf_v4
 from ropekit.scaling import NTK, DynamicNTK, Linear, Llama3, LongRope, Scaling, Yarn
 from ropekit.scaling.base import unchecked
 from ropekit.spec import RopeSpec
@@ -343,11 +344,6 @@ def spec_from_hf(
     return RopeSpec(head_dim=H, base=base, rotary_dim=rotary_dim, layout=layout, scaling=scaling)  # type: ignore[arg-type]
 
 
-def _check_schema(schema: object) -> None:
-    if schema not in ("v5", "v4"):
-        raise ValueError(f"schema={schema!r} is not a transformers config schema; expected 'v5' or 'v4'")
-
-
 def spec_to_hf(spec: RopeSpec, schema: Literal["v5", "v4"] = "v5") -> dict[str, Any]:
     """The config fragment of a spec in transformers' v5 (default) or v4 schema.
 
@@ -366,7 +362,7 @@ def spec_to_hf(spec: RopeSpec, schema: Literal["v5", "v4"] = "v5") -> dict[str, 
             whose factor differs from ``max_position_embeddings / original_max_position_embeddings`` without an
             explicit attention factor).
     """
-    _check_schema(schema)
+    check_schema(schema)
     if spec.axes is not None:  # multi-axis (M-RoPE): ropekit.hf.config_vl
         from ropekit.hf.config_vl import spec_to_hf_vl
 
@@ -374,7 +370,7 @@ def spec_to_hf(spec: RopeSpec, schema: Literal["v5", "v4"] = "v5") -> dict[str, 
     if spec.freqs is not None:
         raise ValueError("a spec with an explicit freqs table has no transformers rope_parameters equivalent")
     if schema == "v4":
-        return _spec_to_hf_v4(spec)
+        return spec_to_hf_v4(spec)
     rp: dict[str, Any] = {"rope_theta": spec.base}
     out: dict[str, Any] = {"head_dim": spec.head_dim}
     sc = spec.scaling
@@ -395,45 +391,4 @@ def spec_to_hf(spec: RopeSpec, schema: Literal["v5", "v4"] = "v5") -> dict[str, 
     if isinstance(sc, LongRope) and sc.max_position_embeddings is not None:
         out["max_position_embeddings"] = sc.max_position_embeddings
     out["rope_parameters"] = rp
-    return out
-
-
-def _spec_to_hf_v4(spec: RopeSpec) -> dict[str, Any]:
-    """The transformers v4 fragment (see :func:`spec_to_hf`); explicit freqs and axes are handled by the caller."""
-    sc = spec.scaling
-    if spec.p < 1.0:
-        raise ValueError(
-            f"RopeSpec.p={spec.p!r} (p-RoPE, HF 'proportional') has no transformers v4 form: v4 had no such "
-            "rope type; use schema='v5'"
-        )
-    out: dict[str, Any] = {"head_dim": spec.head_dim, "rope_theta": spec.base, "rope_scaling": None}
-    if spec.rotary_dim != spec.head_dim:
-        out["partial_rotary_factor"] = spec.rotary_dim / spec.head_dim  # type: ignore[operator]
-    if sc is None:
-        return out
-    rs = sc.to_hf()
-    if rs["rope_type"] in ("ntk", "ntk_alpha"):
-        raise ValueError(
-            f"scaling={sc!r} (static NTK, HF {rs['rope_type']!r}) has no transformers v4 rope_scaling form; "
-            "use schema='v5'"
-        )
-    if isinstance(sc, DynamicNTK):
-        out["max_position_embeddings"] = sc.max_position_embeddings
-    if isinstance(sc, LongRope):
-        L0, M = sc.original_max_position_embeddings, sc.max_position_embeddings
-        # v4 takes the original length from the top level and then s = max_position_embeddings / L0, ignoring
-        # rope_scaling's factor; s only sets the default attention factor.
-        if sc.factor is not None and sc.attention_factor_ is None and (M is None or M / L0 != sc.factor):
-            raise ValueError(
-                f"LongRope(factor={sc.factor!r}, max_position_embeddings={M!r}, original_max_position_embeddings="
-                f"{L0}) has no transformers v4 form: v4 derives the factor as max_position_embeddings / "
-                "original_max_position_embeddings; set max_position_embeddings to factor * L0 or an "
-                "attention_factor_, or use schema='v5'"
-            )
-        del rs["original_max_position_embeddings"], rs["rope_type"]
-        rs = {"type": "longrope", **rs}
-        out["original_max_position_embeddings"] = L0
-        if M is not None:
-            out["max_position_embeddings"] = M
-    out["rope_scaling"] = rs
     return out

@@ -1,0 +1,123 @@
+"""Reuse of gathered multi-axis tables across a model's layers (same unchanged positions tensor), checked
+against tables rebuilt from scratch by axis_tables."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ropekit import RopeSpec, Rotary, apply_rope_tables
+from ropekit.axis_tables import apply_rope_axes, axis_tables
+from ropekit.presets_vl import qwen2_vl_spec, qwen3_vl_spec
+
+
+def test_rotary_reuses_the_gathered_tables_of_the_same_positions_tensor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A model's layers call one Rotary with the same positions tensor: the first call gathers the per-token
+    tables, later calls reuse them -- only while it is the same, unchanged tensor. Every result is checked against
+    tables built from scratch by axis_tables; an in-place change, another tensor with other values, an
+    inference tensor and a new q shape are all rotated correctly."""
+    import sys
+
+    at = sys.modules["ropekit.axis_tables"]
+    spec = qwen2_vl_spec(16, 1e4, (2, 3, 3))
+    rot = Rotary(spec, max_seq_len=64)
+    pos = torch.tensor(
+        [[[0, 1, 2, 2, 2, 2, 5]], [[0, 1, 2, 2, 3, 3, 5]], [[0, 1, 2, 3, 2, 3, 5]]]
+    )  # [3, 1, 7]
+    gathers: list[int] = []
+    real = at._gather_bands
+    monkeypatch.setattr(at, "_gather_bands", lambda *a: gathers.append(1) or real(*a))
+
+    def check(q: torch.Tensor, p: torch.Tensor) -> None:
+        got, _ = rot(q, None, positions=p)
+        cos, sin = axis_tables(p, spec)  # built from scratch (exact phases), not from any cache
+        want, _ = apply_rope_tables(q, None, cos, sin, spec)
+        assert torch.equal(got, want)
+
+    for _ in range(3):  # three "layers"
+        check(torch.randn(1, 7, 2, 16), pos)
+    assert len(gathers) == 1
+    check(torch.randn(2, 7, 4, 16), pos)  # another batch / head count: same tables, still validated
+    assert len(gathers) == 1
+    with pytest.raises(ValueError):
+        rot(torch.randn(1, 6, 2, 16), None, positions=pos)  # 6 tokens against 7 positions
+    pos[2, 0, 6] = 40  # in place: the version counter changes, the tables are gathered again
+    check(torch.randn(1, 7, 2, 16), pos)
+    assert len(gathers) == 2
+    other = pos.clone()
+    other[1, 0, 3] = 9
+    check(torch.randn(1, 7, 2, 16), other)
+    assert len(gathers) == 3
+    with torch.inference_mode():
+        frozen = pos + 1
+        for _ in range(2):
+            check(torch.randn(1, 7, 2, 16), frozen)
+    assert len(gathers) == 5  # inference tensors have no version counter: never reused
+
+
+def test_rotary_remembers_equal_axes_only_for_the_same_unchanged_tensor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Decoding: every axis equal, so the 1-D path runs; the equality check (a host sync) runs once per positions
+    tensor, and an in-place change that makes the axes differ is noticed (checked against axis_tables)."""
+    import sys
+
+    at = sys.modules["ropekit.axis_tables"]
+    spec = qwen3_vl_spec(16, 1e4, (4, 2, 2))
+    rot = Rotary(spec, max_seq_len=64)
+    pos = torch.tensor([[[40], [41]]] * 3)  # [3, b=2, s=1]
+    checks: list[int] = []
+    real = at.equal_axes_row
+    monkeypatch.setattr(at, "equal_axes_row", lambda *a: checks.append(1) or real(*a))
+
+    def check(p: torch.Tensor) -> None:
+        q = torch.randn(2, 1, 4, 16)
+        got, _ = rot(q, None, positions=p)
+        cos, sin = axis_tables(p, spec)
+        assert torch.equal(got, apply_rope_tables(q, None, cos, sin, spec)[0])
+
+    for _ in range(3):
+        check(pos)
+    assert len(checks) == 1
+    pos[1, 0, 0] = 7  # now the axes differ
+    check(pos)
+    assert len(checks) == 2
+
+
+def test_apply_rope_axes_reuses_the_tables_of_the_same_positions_tensor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """apply_rope_axes called by every layer with one positions tensor gathers once; another spec, a float64 q, an
+    in-place change or another tensor gather again -- every result checked against tables from axis_tables."""
+    import sys
+
+    at = sys.modules["ropekit.axis_tables"]
+    spec = qwen2_vl_spec(16, 1e4, (2, 3, 3))
+    other_spec = qwen3_vl_spec(16, 1e4, (4, 2, 2))
+    pos = torch.tensor([[0, 1, 2, 2, 2, 2, 5], [0, 1, 2, 2, 3, 3, 5], [0, 1, 2, 3, 2, 3, 5]])  # [3, 7]
+    gathers: list[int] = []
+    real = at._gather_bands
+    monkeypatch.setattr(at, "_gather_bands", lambda *a: gathers.append(1) or real(*a))
+
+    def check(p: torch.Tensor, sp: RopeSpec = spec, dtype: torch.dtype = torch.float32) -> None:
+        q, k = torch.randn(2, 7, 4, 16, dtype=dtype), torch.randn(2, 7, 2, 16, dtype=dtype)
+        got = apply_rope_axes(q, k, p, sp)
+        cos, sin = axis_tables(p, sp, dtype=dtype)
+        want = apply_rope_tables(q, k, cos, sin, sp)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])  # type: ignore[arg-type]
+
+    for _ in range(3):
+        check(pos)
+    assert len(gathers) == 1
+    check(pos, other_spec)
+    assert len(gathers) == 2
+    check(pos, other_spec, torch.float64)  # float64 q: exact float64 tables, not the float32 cache
+    check(pos, other_spec)
+    assert len(gathers) == 3
+    pos[1, 4] = 6
+    check(pos, other_spec)
+    assert len(gathers) == 4
+    with pytest.raises(ValueError, match="format"):
+        apply_rope_axes(torch.randn(2, 7, 4, 16), None, pos, other_spec, format="nope")  # type: ignore[arg-type]
