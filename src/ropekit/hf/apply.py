@@ -26,7 +26,7 @@ from ropekit.rotation import fastpath
 from ropekit.rotation.apply import apply_rope_tables
 from ropekit.spec import RopeSpec
 
-__all__ = ["CALLS", "wrap_apply"]
+__all__ = ["CALLS", "VISION_KINDS", "wrap_apply"]
 
 #: (modeling module, function name) -> number of rotations ropekit did there (tests read it; never reset by us)
 CALLS: Counter[tuple[str, str]] = Counter()
@@ -123,10 +123,33 @@ def _binder(sig: inspect.Signature) -> Callable[[tuple[Any, ...], dict[str, Any]
     return bind
 
 
+#: vision-tower apply kinds (:mod:`ropekit.hf.vision_apply`), tables [tokens, n] shared by the batch:
+#: "vision_thd" f(q, k, cos, sin) with q, k [tokens, heads, d] (Qwen2-VL ... ERNIE-4.5-VL vision blocks);
+#: "qk_shared" f(q, k, cos, sin, unsqueeze_dim=0) with q, k [b, heads, s, d] (Pixtral);
+#: "vision_complex" f(query, key, freqs_ci) with query, key [b, s, heads, d] (Llama 4 vision)
+VISION_KINDS = ("vision_thd", "qk_shared", "vision_complex")
+
+
+def _rotate_vision(
+    a: dict[str, Any], info: RopekitTables, kind: str, layout: str
+) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    if info.cos.dim() != 2:
+        return None
+    if kind == "vision_thd":
+        return _rotate(a["q"], a["k"], info, "thd", layout)
+    if kind == "qk_shared":
+        if int(a.get("unsqueeze_dim", 1)) != 0:
+            return None
+        return _rotate(a["q"], a["k"], info, "bhsd", layout)
+    return _rotate(a["query"], a["key"], info, "bshd", layout)
+
+
 def wrap_apply(original: Callable[..., Any], kind: str, where: tuple[str, str]) -> Callable[..., Any]:
     """The wrapper of one apply function (see the module docstring)."""
     sig = inspect.signature(original)
     table_arg = "freqs_cis" if kind.startswith("complex") else "cos"
+    if kind == "vision_complex":  # Llama 4 vision: f(query, key, freqs_ci)
+        table_arg = "freqs_ci"
     _bind = _binder(sig)
 
     def rotate(a: dict[str, Any], info: RopekitTables) -> Any:
@@ -151,6 +174,8 @@ def wrap_apply(original: Callable[..., Any], kind: str, where: tuple[str, str]) 
             qh = torch.cat([q[..., 0::2], q[..., 1::2]], dim=-1)  # pairs (2i, 2i+1) -> (i, i + n)
             kh = torch.cat([k[..., 0::2], k[..., 1::2]], dim=-1)
             return _rotate(qh, kh, info, fmt, "half")
+        if kind in VISION_KINDS:
+            return _rotate_vision(a, info, kind, layout)
         fmt = "bshd" if kind == "complex_bshd" else "bhsd"
         return _rotate(a["xq"], a["xk"], info, fmt, layout)
 

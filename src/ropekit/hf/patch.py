@@ -69,6 +69,7 @@ class _Record:
     functions: list[tuple[str, str]] = field(default_factory=list)
     hooks: list[Any] = field(default_factory=list)
     swaps: list[tuple[nn.Module, str, nn.Module]] = field(default_factory=list)  # (parent, name, original)
+    undo: list[Any] = field(default_factory=list)  # callables undoing instance-level wraps (VL vision towers)
 
 
 def _is_rotary(m: nn.Module) -> bool:
@@ -233,6 +234,27 @@ def _wrap_functions(model: nn.Module, record: _Record, modeling: Any, fam: Famil
         record.functions.append(key)
 
 
+def _wrap_vision(model: nn.Module, record: _Record, parent: nn.Module, orig: nn.Module, new: nn.Module) -> None:
+    """A VL vision rotary's apply function (:mod:`ropekit.hf.vision_apply`), wrapped once per modeling file like
+    the text ones, and Qwen2.5-VL's window permutation of the tables (on the vision model instance)."""
+    from ropekit.hf.vision_apply import attach_window_permute
+
+    modeling = sys.modules[type(orig).__module__]
+    for fn_name, kind in getattr(new, "vision_applies", ()):
+        key = (modeling.__name__, fn_name)
+        if key in record.functions:
+            continue
+        if key not in _FUNCTIONS:
+            fn = getattr(modeling, fn_name)
+            _FUNCTIONS[key] = [modeling, fn, weakref.WeakSet()]
+            setattr(modeling, fn_name, wrap_apply(fn, kind, key))
+        _FUNCTIONS[key][2].add(model)
+        record.functions.append(key)
+    undo = attach_window_permute(parent) if getattr(new, "vision_applies", ()) else None
+    if undo is not None:
+        record.undo.append(undo)
+
+
 def patch(model: nn.Module, *, cache_correct: bool = False) -> nn.Module:
     """Make a transformers model compute its rotary tables and rotations with ropekit; returns the model.
 
@@ -293,6 +315,7 @@ def patch(model: nn.Module, *, cache_correct: bool = False) -> nn.Module:
         vl_family: Family | None = getattr(new, "family", None)
         if vl_family is not None:
             _wrap_functions(model, record, sys.modules[type(orig).__module__], vl_family)
+        _wrap_vision(model, record, parent, orig, new)
     model.__dict__[_RECORD] = record
     return model
 
@@ -307,6 +330,8 @@ def unpatch(model: nn.Module) -> nn.Module:
         return model
     for handle in record.hooks:
         handle.remove()
+    for undo in reversed(record.undo):
+        undo()
     for parent, child, orig in reversed(record.swaps):
         setattr(parent, child, orig)
     for m, original in record.modules:

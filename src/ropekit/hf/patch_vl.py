@@ -37,6 +37,7 @@ from torch import nn
 
 from ropekit.hf.families import Family
 from ropekit.hf.rotary import ROPEKIT_TABLES, RopekitTables
+from ropekit.hf.vision_apply import VISION_APPLIES, tag_cat_tables, tag_complex_table, verify_vision_apply
 from ropekit.phases import rope_tables
 from ropekit.spec import RopeSpec
 
@@ -126,6 +127,8 @@ class RopekitVLRotary(nn.Module):
         if hasattr(orig, "mrope_section"):
             self.mrope_section = orig.mrope_section
         self.family: Family | None = VL_TEXT_FAMILIES.get(type(orig).__name__) if kind == "text" else None
+        #: (function, apply kind) of the modeling file that ropekit.hf.patch wraps for this vision rotary
+        self.vision_applies = (VISION_APPLIES[type(orig).__name__],) if kind == "vision" else ()
         freqs = _exact_frequencies(orig)
         self.spec = RopeSpec(head_dim=2 * len(freqs), freqs=freqs)
 
@@ -151,6 +154,8 @@ class RopekitVLRotary(nn.Module):
             n = cos.shape[-1] // 2
             ch, sh = (cos[..., 0::2], sin[..., 0::2]) if pairs else (cos[..., :n], sin[..., :n])
             info = RopekitTables(ch.contiguous(), sh.contiguous(), self.family, self.spec)
+        elif self.kind == "vision":  # [N, head_dim] cat tables: ropekit's float32 half tables [N, head_dim / 2]
+            info = tag_cat_tables(cos, sin, self.spec)
         if self.cast:
             cos, sin = cos.to(x.dtype), sin.to(x.dtype)
         if info is not None:
@@ -185,9 +190,12 @@ class RopekitLlama4VisionRotary(nn.Module):
                 f"Llama 4 vision table shape {tuple(ref.shape)} differs from ropekit's {tuple(table.shape)}"
             )
         self.register_buffer("freqs_ci", table.to(ref.device), persistent=False)
+        self.spec = spec
+        self.vision_applies = (VISION_APPLIES[LLAMA4_VISION],)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.freqs_ci.to(hidden_states.device)
+        # tagged once per tensor: vision_apply_rotary_emb (wrapped) rotates from its real / imaginary parts
+        return tag_complex_table(self.freqs_ci.to(hidden_states.device), self.spec)
 
 
 def _probe_positions(kind: str, device: torch.device) -> torch.Tensor:
@@ -222,6 +230,8 @@ def _verify(orig: nn.Module, new: nn.Module, kind: str) -> str | None:
         family = getattr(new, "family", None)
         if family is not None:
             return _verify_apply(orig, family, got[0], got[1], device)
+        if kind in ("vision", "llama4"):
+            return verify_vision_apply(orig, tuple(got))
     return None
 
 

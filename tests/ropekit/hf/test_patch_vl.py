@@ -20,7 +20,7 @@ IMG, VID, START = 5, 6, 4
 TEXT = {"vocab_size": 100, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
         "num_attention_heads": 4, "num_key_value_heads": 2, "bos_token_id": 1, "eos_token_id": 2,
         "pad_token_id": 0}  # fmt: skip
-VISION = {"depth": 1, "hidden_size": 32, "num_heads": 2, "patch_size": 14, "spatial_merge_size": 2,
+VISION = {"depth": 2, "hidden_size": 32, "num_heads": 2, "patch_size": 14, "spatial_merge_size": 2,
           "temporal_patch_size": 2, "in_channels": 3}  # fmt: skip
 
 
@@ -68,7 +68,7 @@ def _model(family: str):
         cfg = Ernie4_5_VLMoeConfig(
             text_config={**TEXT, "moe_intermediate_size": [32, 32], "moe_k": 2, "moe_num_experts": 4,
                          "moe_num_shared_experts": 1, "rope_parameters": {**rp, "mrope_section": [3, 3, 2]}},
-            vision_config={"depth": 1, "hidden_size": 32, "num_heads": 2, "intermediate_size": 64,
+            vision_config={"depth": 2, "hidden_size": 32, "num_heads": 2, "intermediate_size": 64,
                            "spatial_merge_size": 2, "temporal_merge_size": 2, "patch_size": 14},
             image_start_token_id=START, image_end_token_id=7, video_start_token_id=8, video_end_token_id=9, **tok,
         )  # fmt: skip
@@ -126,6 +126,15 @@ def _text_apply_key(model: torch.nn.Module) -> tuple[str, str]:
     return (type(text).__module__, "apply_rotary_pos_emb")
 
 
+def _vision_apply_key(model: torch.nn.Module) -> tuple[str, str]:
+    return (type(model).__module__, "apply_rotary_pos_emb_vision")
+
+
+def _vision_rotations(model: torch.nn.Module, kw: dict) -> int:
+    """Vision layers x vision-tower calls (images, and videos apart): one ropekit rotation each."""
+    return model.config.vision_config.depth * (1 + ("video_grid_thw" in kw))
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_patched_equals_unpatched(family: str) -> None:
     torch.manual_seed(0)
@@ -138,10 +147,11 @@ def test_patched_equals_unpatched(family: str) -> None:
         ropekit.hf.patch(model)
         kinds = sorted(m.kind for m in model.modules() if isinstance(m, RopekitVLRotary))
         assert kinds == ["text", "vision"]
-        before = CALLS[key]
+        before, before_v = CALLS[key], CALLS[_vision_apply_key(model)]
         got = model(**kw).logits
         n_layers = model.config.text_config.num_hidden_layers
         assert CALLS[key] - before == n_layers  # every text layer rotated by ropekit's dispatch
+        assert CALLS[_vision_apply_key(model)] - before_v == _vision_rotations(model, kw)  # every vision layer
         got_gen = model.generate(**kw, max_new_tokens=4, do_sample=False)
     assert float((got - ref).abs().max() / ref.abs().max()) <= 1e-4
     assert torch.equal(got_gen, ref_gen)
@@ -157,8 +167,9 @@ def _snapshot(model: torch.nn.Module) -> dict:
         "objects": {n: id(m) for n, m in mods.items()},
         "classes": {n: type(m) for n, m in mods.items()},
         "dicts": {n: sorted(m.__dict__) for n, m in mods.items()},
-        "functions": {name: getattr(sys.modules[type(m).__module__], "apply_rotary_pos_emb", None)
-                      for name, m in mods.items() if "Rotary" in type(m).__name__},
+        "functions": {(name, fn): getattr(sys.modules[type(m).__module__], fn, None)
+                      for name, m in mods.items() if "Rotary" in type(m).__name__
+                      for fn in ("apply_rotary_pos_emb", "apply_rotary_pos_emb_vision")},
     }  # fmt: skip
 
 
@@ -170,10 +181,11 @@ def _same(a: dict, b: dict) -> None:
         assert all(torch.equal(a[k][n], b[k][n]) and a[k][n].dtype == b[k][n].dtype for n in a[k])
 
 
-def test_lifecycle_idempotent_unpatch_bit_for_bit_and_context_manager() -> None:
+@pytest.mark.parametrize("family", ["qwen2_vl", "qwen2_5_vl"])  # Qwen2.5-VL: the window permutation wrap too
+def test_lifecycle_idempotent_unpatch_bit_for_bit_and_context_manager(family: str) -> None:
     torch.manual_seed(0)
-    model = _model("qwen2_vl").eval()
-    kw = _inputs("qwen2_vl")
+    model = _model(family).eval()
+    kw = _inputs(family)
     before = _snapshot(model)
     with torch.no_grad():
         ref = model(**kw).logits
@@ -182,7 +194,13 @@ def test_lifecycle_idempotent_unpatch_bit_for_bit_and_context_manager() -> None:
         assert swapped == {"model.visual.rotary_pos_emb": "RopekitVLRotary",
                            "model.language_model.rotary_emb": "RopekitVLRotary"}  # fmt: skip
         wrapped = sys.modules[type(model.model.language_model.layers[0]).__module__].apply_rotary_pos_emb
+        modeling = sys.modules[type(model).__module__]
+        wrapped_v = modeling.apply_rotary_pos_emb_vision
+        assert hasattr(wrapped_v, "_ropekit_original")  # the vision apply function is wrapped too
+        window = "permute_input_for_window_attn" in model.model.visual.__dict__
+        assert window == (family == "qwen2_5_vl")  # an instance-level wrap, removed by unpatch (_same: dicts)
         assert ropekit.hf.patch(model) is model  # idempotent: nothing re-wrapped or re-replaced
+        assert modeling.apply_rotary_pos_emb_vision is wrapped_v
         assert {
             n: type(m).__name__ for n, m in model.named_modules() if isinstance(m, RopekitVLRotary)
         } == swapped
