@@ -18,7 +18,8 @@ untouched. Rotary modules no row recognises are left alone, with a warning namin
 Vision-language rotaries (:mod:`ropekit.hf.patch_vl`: the text M-RoPE of Qwen2-VL, Qwen2.5-VL, Qwen3-VL(-MoE),
 GLM-4V, ERNIE-4.5-VL, their vision towers, Pixtral's and Llama 4's vision rotaries) are recognised module by
 module too and *replaced* by ropekit modules (the originals are kept and put back by ``unpatch``); a VL text
-rotary's apply function is wrapped like a 1-D family's. So one call patches a LLaVA (Mistral text + Pixtral
+rotary's apply function is wrapped like a 1-D family's, and so is each vision tower's
+(:mod:`ropekit.hf.vision_apply`). So one call patches a LLaVA (Mistral text + Pixtral
 vision), a Llama 4 (text + vision) or a Qwen2-VL (M-RoPE text + vision).
 
 Configs are accepted as transformers accepts them: what ropekit's strict parser refuses but transformers runs
@@ -234,7 +235,9 @@ def _wrap_functions(model: nn.Module, record: _Record, modeling: Any, fam: Famil
         record.functions.append(key)
 
 
-def _wrap_vision(model: nn.Module, record: _Record, parent: nn.Module, orig: nn.Module, new: nn.Module) -> None:
+def _wrap_vision(
+    model: nn.Module, record: _Record, parent: nn.Module, orig: nn.Module, new: nn.Module
+) -> None:
     """A VL vision rotary's apply function (:mod:`ropekit.hf.vision_apply`), wrapped once per modeling file like
     the text ones, and Qwen2.5-VL's window permutation of the tables (on the vision model instance)."""
     from ropekit.hf.vision_apply import attach_window_permute

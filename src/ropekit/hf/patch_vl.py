@@ -16,12 +16,15 @@ module at a time. Each such module is *replaced* (the original object is kept un
   tags its output with ropekit's float32 per-token half tables ([b, s, n], :class:`ropekit.hf.rotary.RopekitTables`),
   so the modeling file's ``apply_rotary_pos_emb``, wrapped by :mod:`ropekit.hf.apply` exactly as for 1-D families,
   rotates with ropekit's dispatch (fused CPU kernel, Triton on CUDA) from exact float32 tables, also in a bf16
-  model. Vision towers keep transformers' apply functions (fed ropekit's exact tables).
+  model. A *vision* rotary tags its output the same way ([N, head_dim / 2] half tables) and the family's vision
+  apply function is wrapped too (:mod:`ropekit.hf.vision_apply`): vision towers rotate by ropekit's dispatch.
 - :class:`RopekitLlama4VisionRotary`: Llama 4's fixed complex table rebuilt from
-  :func:`ropekit.presets_vl.llama4_vision_spec`.
+  :func:`ropekit.presets_vl.llama4_vision_spec`, tagged with its real / imaginary parts for the wrapped
+  ``vision_apply_rotary_emb``.
 
-Every replacement is built and checked on a probe (tables equal to the original's to 1e-5, the wrapped text apply
-function equal to the original) before the model is modified; a module that fails is refused with the reason.
+Every replacement is built and checked on a probe (tables equal to the original's to 1e-5, the wrapped text or
+vision apply function equal to the original and routed through ropekit) before the model is modified; a module that
+fails is refused with the reason.
 
 Shapes: text position_ids [3, b, s] (or [b, s]: all axes equal); vision position_ids [N, 2] (row, col);
 text tables [b, s, rotary_dim]; vision tables [N, head_dim].
@@ -154,7 +157,7 @@ class RopekitVLRotary(nn.Module):
             n = cos.shape[-1] // 2
             ch, sh = (cos[..., 0::2], sin[..., 0::2]) if pairs else (cos[..., :n], sin[..., :n])
             info = RopekitTables(ch.contiguous(), sh.contiguous(), self.family, self.spec)
-        elif self.kind == "vision":  # [N, head_dim] cat tables: ropekit's float32 half tables [N, head_dim / 2]
+        elif self.kind == "vision":  # ropekit's half tables
             info = tag_cat_tables(cos, sin, self.spec)
         if self.cast:
             cos, sin = cos.to(x.dtype), sin.to(x.dtype)

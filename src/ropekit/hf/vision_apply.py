@@ -105,12 +105,16 @@ def _same_args(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
     """The same permutation arguments: the very same tensors (held by the memory), equal plain values."""
     if len(a) != len(b):
         return False
-    return all(x is y if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor) else x == y for x, y in zip(a, b))
+    return all(
+        x is y if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor) else x == y for x, y in zip(a, b)
+    )
 
 
 def _probe_qk(kind: str, n_tok: int, d: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     gen = torch.Generator(device="cpu").manual_seed(0)
-    shape = {"vision_thd": (n_tok, 3, d), "qk_shared": (1, 3, n_tok, d), "vision_complex": (2, n_tok, 3, d)}[kind]
+    shape = {"vision_thd": (n_tok, 3, d), "qk_shared": (1, 3, n_tok, d), "vision_complex": (2, n_tok, 3, d)}[
+        kind
+    ]
     return torch.randn(shape, generator=gen).to(device), torch.randn(shape, generator=gen).to(device)
 
 

@@ -1,7 +1,8 @@
 """ropekit.hf.patch on VL models: tiny random-weight models (built from configs, no downloads) give the same logits
 (<= 1e-4 relative, float32; oracle: the unpatched transformers model) and the same greedy tokens with a KV cache;
 inputs as a processor builds them (image and video grids, second_per_grid_ts, a left-padded batch of 2). The text
-M-RoPE is rotated by ropekit's dispatch (counted), the lifecycle is the 1-D one (idempotent, undone bit for bit)."""
+M-RoPE and the vision towers are rotated by ropekit's dispatch (counted per layer; negative control: shifted ropekit
+vision tables move the logits), the lifecycle is the 1-D one (idempotent, undone bit for bit)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ import torch
 T = pytest.importorskip("transformers")
 
 import ropekit.hf
+import ropekit.hf.patch_vl as patch_vl_module
 from ropekit.hf.apply import CALLS
 from ropekit.hf.patch_vl import RopekitVLRotary, patch_vl, unpatch_vl
+from ropekit.hf.rotary import RopekitTables
 
 IMG, VID, START = 5, 6, 4
 TEXT = {"vocab_size": 100, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
@@ -135,10 +138,28 @@ def _vision_rotations(model: torch.nn.Module, kw: dict) -> int:
     return model.config.vision_config.depth * (1 + ("video_grid_thw" in kw))
 
 
+def _sharpen_vision(model: torch.nn.Module) -> None:
+    """Vision attention made sharp (qkv x 8): with the default init it is nearly uniform and the vision rotation
+    moves the logits by only ~4e-5 relative; sharp, a wrong vision rotation moves them by ~1e-2."""
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(getattr(m, "qkv", None), torch.nn.Linear):
+                m.qkv.weight.mul_(8)
+
+
+def _shifted(tag):  # ropekit's vision tables of the neighbouring token: a rotation transformers never sees
+    def tag_cat_tables(cos, sin, spec):
+        info = tag(cos, sin, spec)
+        return RopekitTables(info.cos.roll(1, 0), info.sin.roll(1, 0), info.family, info.spec)
+
+    return tag_cat_tables
+
+
 @pytest.mark.parametrize("family", FAMILIES)
-def test_patched_equals_unpatched(family: str) -> None:
+def test_patched_equals_unpatched(family: str, monkeypatch: pytest.MonkeyPatch) -> None:
     torch.manual_seed(0)
     model = _model(family).eval()
+    _sharpen_vision(model)
     kw = _inputs(family)
     key = _text_apply_key(model)
     with torch.no_grad():
@@ -151,9 +172,14 @@ def test_patched_equals_unpatched(family: str) -> None:
         got = model(**kw).logits
         n_layers = model.config.text_config.num_hidden_layers
         assert CALLS[key] - before == n_layers  # every text layer rotated by ropekit's dispatch
-        assert CALLS[_vision_apply_key(model)] - before_v == _vision_rotations(model, kw)  # every vision layer
+        # ... and every vision layer
+        assert CALLS[_vision_apply_key(model)] - before_v == _vision_rotations(model, kw)
         got_gen = model.generate(**kw, max_new_tokens=4, do_sample=False)
+        # negative control: the vision rotation reads ropekit's tables (not the cos/sin transformers passes)
+        monkeypatch.setattr(patch_vl_module, "tag_cat_tables", _shifted(patch_vl_module.tag_cat_tables))
+        moved = model(**kw).logits
     assert float((got - ref).abs().max() / ref.abs().max()) <= 1e-4
+    assert float((moved - ref).abs().max() / ref.abs().max()) > 1e-3
     assert torch.equal(got_gen, ref_gen)
     ropekit.hf.unpatch(model)
     assert not any(isinstance(m, RopekitVLRotary) for m in model.modules())

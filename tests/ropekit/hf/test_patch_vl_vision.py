@@ -1,0 +1,166 @@
+"""Vision towers rotated by ropekit's dispatch (:mod:`ropekit.hf.vision_apply`): Pixtral (alone and inside a
+LLaVA) and Llama 4's vision encoder count one ropekit rotation per vision layer, equal the unpatched transformers
+model (float32, <= 1e-4 relative; vision attention sharpened so the rotation matters), and a negative control
+(ropekit's tables shifted by one token, transformers' cos/sin untouched) moves the output; a bf16 Pixtral rotation
+is closer to a float64 oracle of the formula than transformers' bf16 tables; a modeling file without its vision
+apply function is refused with the model untouched. The Qwen-family vision towers are counted and controlled in
+test_patch_vl.py."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+
+import pytest
+import torch
+
+T = pytest.importorskip("transformers")
+
+import ropekit.hf
+import ropekit.hf.patch_vl as patch_vl_module
+from ropekit.hf.apply import CALLS
+from ropekit.hf.rotary import ROPEKIT_TABLES, RopekitTables
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).abs().max() / b.abs().max())
+
+
+def _sharpen(model: torch.nn.Module) -> None:
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if ("q_proj" in name or "k_proj" in name) and "vision" in type(model).__name__.lower() + name:
+                p.mul_(8)
+
+
+def _pixtral() -> torch.nn.Module:
+    cfg = T.PixtralVisionConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                head_dim=16, image_size=112, patch_size=14)  # fmt: skip
+    torch.manual_seed(0)
+    model = T.PixtralVisionModel(cfg).eval()
+    _sharpen(model)
+    return model
+
+
+PIXTRAL_KEY = ("transformers.models.pixtral.modeling_pixtral", "apply_rotary_pos_emb")
+LLAMA4_KEY = ("transformers.models.llama4.modeling_llama4", "vision_apply_rotary_emb")
+
+
+def _shifted_cat(tag):  # type: ignore[no-untyped-def]
+    def tag_cat_tables(cos, sin, spec):  # type: ignore[no-untyped-def]
+        info = tag(cos, sin, spec)
+        return RopekitTables(info.cos.roll(1, 0), info.sin.roll(1, 0), info.family, info.spec)
+
+    return tag_cat_tables
+
+
+def test_pixtral_rotates_through_ropekit_per_layer(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = _pixtral()
+    x = torch.randn(1, 3, 56, 98)  # non-square, smaller than the training size
+    with torch.no_grad():
+        ref = model(x, image_sizes=[(56, 98)]).last_hidden_state
+        ropekit.hf.patch(model)
+        before = CALLS[PIXTRAL_KEY]
+        got = model(x, image_sizes=[(56, 98)]).last_hidden_state
+        assert CALLS[PIXTRAL_KEY] - before == model.config.num_hidden_layers
+        monkeypatch.setattr(patch_vl_module, "tag_cat_tables", _shifted_cat(patch_vl_module.tag_cat_tables))
+        moved = model(x, image_sizes=[(56, 98)]).last_hidden_state
+        ropekit.hf.unpatch(model)
+    assert _rel(got, ref) <= 1e-4
+    assert _rel(moved, ref) > 1e-3
+    modeling = sys.modules["transformers.models.pixtral.modeling_pixtral"]
+    assert not hasattr(modeling.apply_rotary_pos_emb, "_ropekit_original")  # restored
+
+
+def test_pixtral_bf16_rotation_uses_float32_tables() -> None:
+    """transformers casts Pixtral's tables to the activations' dtype; ropekit rotates from exact float32 tables."""
+    model = _pixtral()
+    rot = model.patch_positional_embedding
+    pos = torch.stack(torch.meshgrid(torch.arange(8), torch.arange(8), indexing="ij"), -1).reshape(-1, 2)
+    q = torch.randn(1, 4, 64, 16, dtype=torch.float64)
+    modeling = sys.modules[type(rot).__module__]
+    inv = rot.inv_freq.double()  # [row freqs (even), col freqs (odd)] of Pixtral's 2-D table
+    n = inv.numel() // 2
+    ang = torch.cat([pos[:, :1].double() * inv[:n], pos[:, 1:].double() * inv[n:]], -1)
+    cos64, sin64 = torch.cat([ang.cos()] * 2, -1), torch.cat([ang.sin()] * 2, -1)
+    exact = q * cos64 + torch.cat([-q[..., 8:], q[..., :8]], -1) * sin64  # float64 oracle from the formula
+    x = torch.zeros(1, dtype=torch.bfloat16)
+    ref = modeling.apply_rotary_pos_emb(q.bfloat16(), q.bfloat16(), *rot(x, pos), unsqueeze_dim=0)[0]
+    with ropekit.hf.patched(model):
+        cos, sin = model.patch_positional_embedding(x, pos)
+        assert cos.dtype == torch.bfloat16 and getattr(cos, ROPEKIT_TABLES).cos.dtype == torch.float32
+        got = modeling.apply_rotary_pos_emb(q.bfloat16(), q.bfloat16(), cos, sin, unsqueeze_dim=0)[0]
+    assert got.dtype == torch.bfloat16
+    assert (got.double() - exact).abs().max() < (ref.double() - exact).abs().max()
+
+
+def test_llama4_vision_rotates_through_ropekit_per_layer() -> None:
+    cfg = T.Llama4VisionConfig(hidden_size=64, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+                               image_size=56, patch_size=14, vision_output_dim=64, projector_input_dim=64,
+                               projector_output_dim=64, pixel_shuffle_ratio=0.5)  # fmt: skip
+    torch.manual_seed(0)
+    model = T.Llama4VisionModel(cfg).eval()
+    _sharpen(model)
+    x = torch.randn(2, 3, 56, 56)
+    with torch.no_grad():
+        ref = model(x).last_hidden_state
+        ropekit.hf.patch(model)
+        before = CALLS[LLAMA4_KEY]
+        got = model(x).last_hidden_state
+        assert CALLS[LLAMA4_KEY] - before == cfg.num_hidden_layers
+        info = getattr(model.rotary_embedding.freqs_ci, ROPEKIT_TABLES)
+        assert info.cos.dtype == torch.float32 and info.family.layout == "interleaved"
+        info.cos.copy_(info.cos.roll(1, 0))  # negative control: only ropekit's copy of the table changes
+        info.sin.copy_(info.sin.roll(1, 0))
+        moved = model(x).last_hidden_state
+        ropekit.hf.unpatch(model)
+        again = model(x).last_hidden_state
+    assert _rel(got, ref) <= 1e-4
+    assert _rel(moved, ref) > 1e-3
+    assert torch.equal(again, ref)  # unpatched: transformers' own table and function again
+
+
+def test_llava_with_pixtral_tower_counts_vision_rotations() -> None:
+    text = T.MistralConfig(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, head_dim=16, initializer_range=0.5,
+                           sliding_window=None, pad_token_id=0)  # fmt: skip
+    vision = T.PixtralVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                                   image_size=32, patch_size=8)  # fmt: skip
+    cfg = T.LlavaConfig(text_config=text, vision_config=vision, image_token_index=5,
+                        vision_feature_select_strategy="full", vision_feature_layer=-1)  # fmt: skip
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = T.LlavaForConditionalGeneration(cfg).eval()
+    _sharpen(model)
+    ids = torch.randint(6, 128, (1, 20), generator=torch.Generator().manual_seed(1))
+    ids[0, 2:18] = 5  # 16 image tokens: (32 / 8) ** 2 patches
+    kw = {
+        "input_ids": ids,
+        "pixel_values": torch.randn(1, 3, 32, 32),
+        "image_sizes": torch.tensor([[32, 32]]),
+    }
+    with torch.no_grad():
+        ref = model(**kw).logits
+        ref_gen = model.generate(**kw, max_new_tokens=4, do_sample=False)
+        ropekit.hf.patch(model)
+        before = CALLS[PIXTRAL_KEY]
+        got = model(**kw).logits
+        assert CALLS[PIXTRAL_KEY] - before == vision.num_hidden_layers
+        got_gen = model.generate(**kw, max_new_tokens=4, do_sample=False)
+        ropekit.hf.unpatch(model)
+    assert _rel(got, ref) <= 1e-4
+    assert torch.equal(got_gen, ref_gen)
+
+
+def test_refuses_a_vision_tower_whose_apply_function_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = _pixtral()
+    modeling = sys.modules["transformers.models.pixtral.modeling_pixtral"]
+    monkeypatch.delattr(modeling, "apply_rotary_pos_emb")
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    classes = {n: type(m) for n, m in model.named_modules()}
+    with pytest.raises(ValueError, match=r"(?s)refuses this model.*defines no apply_rotary_pos_emb"):
+        ropekit.hf.patch(model)
+    assert {n: type(m) for n, m in model.named_modules()} == classes
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in state.items())
+    assert "_ropekit_patch" not in model.__dict__
