@@ -23,7 +23,14 @@ from typing import Any, Literal
 from ropekit.axes import AxisMap
 from ropekit.spec import RopeSpec
 
-__all__ = ["DEFAULT_THETA", "VL_FAMILIES", "is_vl_config", "spec_from_hf_vl", "spec_to_hf_vl"]
+__all__ = [
+    "DEFAULT_THETA",
+    "VL_FAMILIES",
+    "ernie_sections",
+    "is_vl_config",
+    "spec_from_hf_vl",
+    "spec_to_hf_vl",
+]
 
 #: model_type (outer or text) -> (family, layout, default mrope_section)
 VL_FAMILIES: dict[str, tuple[str, str, tuple[int, int, int]]] = {
@@ -34,8 +41,9 @@ VL_FAMILIES: dict[str, tuple[str, str, tuple[int, int, int]]] = {
     "glm4v": ("glm4v", "interleaved", (8, 12, 12)),
     "glm4v_moe": ("glm4v", "interleaved", (8, 12, 12)),
     "ernie4_5_vl_moe": ("ernie", "interleaved", (22, 22, 20)),
+    "ernie4_5_moe_vl": ("ernie", "interleaved", (22, 22, 20)),  # Baidu's remote-code config.json (flat)
 }
-_MROPE_KEYS = ("mrope_section", "mrope_interleaved")
+_MROPE_KEYS = ("mrope_section", "mrope_interleaved", "freq_allocation")
 #: family -> transformers' default rope_theta when a config omits it: (v4 class default, v5 class default).
 #: The schema tells the version: ``rope_scaling`` (v4) or ``rope_parameters`` (v5). Qwen3-VL's default changed
 #: (v4.57 ``Qwen3VLTextConfig(rope_theta=5000000.0)``, v5 500000); ERNIE-4.5-VL has no v4 class.
@@ -69,6 +77,8 @@ def is_vl_config(cfg: dict[str, Any]) -> bool:
     ):
         return True
     rp = _rope_of(cfg)
+    if "freq_allocation" in cfg or (isinstance(tc, dict) and "freq_allocation" in tc):
+        return True  # ERNIE-4.5-VL's band split (:func:`ernie_sections`)
     return any(k in rp for k in _MROPE_KEYS) or rp.get("type") == "mrope" or rp.get("rope_type") == "mrope"
 
 
@@ -104,17 +114,53 @@ def spec_from_hf_vl(
     rp = dict(_rope_of(text))
     sec_raw = rp.pop("mrope_section", None)
     interleaved = rp.pop("mrope_interleaved", None)
+    fa = _freq_allocation(text, rp, key)
+    if fa is not None and family == "generic":  # only ERNIE-4.5-VL has this key
+        family, fam_layout, default_sec = VL_FAMILIES["ernie4_5_vl_moe"]
+    elif fa is not None and family != "ernie":
+        msg = (
+            f"freq_allocation={fa!r} is ERNIE-4.5-VL's band split, but model_type={model_type!r} does not read it "
+            "(transformers ignores it for this family)"
+        )
+        if strict:
+            raise ValueError(msg)
+        if problem is not None:
+            problem(msg)
+        fa = None
     for k in ("type", "rope_type"):
         if (
             rp.get(k) == "mrope"
         ):  # v4 Qwen2-VL: {"type": "mrope", ...} means default RoPE with M-RoPE sections
             rp[k] = "default"
-    if sec_raw is None:
+    if sec_raw is None and fa is None:
         if default_sec is None:
             raise ValueError(
                 f"config {key} has no mrope_section and model_type={model_type!r} has no default"
             )
         sec_raw = default_sec
+    clean = {
+        k: v
+        for k, v in text.items()
+        if k not in ("rope_parameters", "rope_scaling", "text_config", "vision_config", "freq_allocation")
+    }
+    clean["model_type"] = ""  # the family's layout is set below, not by the 1-D table
+    clean[key] = rp
+    if rp.get("rope_theta") is None and text.get("rope_theta") is None and family in DEFAULT_THETA:
+        clean["rope_theta"] = DEFAULT_THETA[family][
+            0 if key == "rope_scaling" else 1
+        ]  # transformers' default
+    base_spec = spec_from_hf(clean, strict=strict, layout=layout or fam_layout)
+    if fa is not None:
+        from_fa = ernie_sections(fa, base_spec.n_bands)
+        if sec_raw is not None and not (
+            isinstance(sec_raw, (list, tuple)) and list(sec_raw) == list(from_fa)
+        ):
+            raise ValueError(
+                f"{key}.mrope_section={sec_raw!r} contradicts freq_allocation={fa} (ERNIE-4.5-VL: "
+                f"mrope_section = [h, w, t] = {list(from_fa)} for {base_spec.n_bands} bands); give one of them, or "
+                "make them agree"
+            )
+        sec_raw = from_fa
     try:
         sec = tuple(int(s) for s in sec_raw)
         ok = len(sec) == 3 and all(s >= 0 and s == v for s, v in zip(sec, sec_raw))
@@ -139,24 +185,45 @@ def spec_from_hf_vl(
         axes = AxisMap.interleaved(sec)
     else:
         axes = AxisMap.contiguous(sec)
-    clean = {
-        k: v
-        for k, v in text.items()
-        if k not in ("rope_parameters", "rope_scaling", "text_config", "vision_config")
-    }
-    clean["model_type"] = ""  # the family's layout is set below, not by the 1-D table
-    clean[key] = rp
-    if rp.get("rope_theta") is None and text.get("rope_theta") is None and family in DEFAULT_THETA:
-        clean["rope_theta"] = DEFAULT_THETA[family][
-            0 if key == "rope_scaling" else 1
-        ]  # transformers' default
-    base_spec = spec_from_hf(clean, strict=strict, layout=layout or fam_layout)
     if sum(sec) != base_spec.n_bands:
         raise ValueError(
             f"{key}.mrope_section={list(sec_raw)} sums to {sum(sec)} but the rotary dim {base_spec.rotary_dim} has "
             f"{base_spec.n_bands} bands (head_dim={base_spec.head_dim}); the sections must sum to rotary_dim / 2"
         )
     return dataclasses.replace(base_spec, axes=axes)
+
+
+def _freq_allocation(text: dict[str, Any], rp: dict[str, Any], key: str) -> int | None:
+    """ERNIE-4.5-VL's ``freq_allocation`` (top level of the text config, or in the rope dict: popped), validated."""
+    top, inner = text.get("freq_allocation"), rp.pop("freq_allocation", None)
+    if top is not None and inner is not None and top != inner:
+        raise ValueError(f"freq_allocation={top!r} (top level) and {key}.freq_allocation={inner!r} disagree")
+    fa = top if top is not None else inner
+    if fa is not None and (not isinstance(fa, int) or isinstance(fa, bool) or fa < 0):
+        raise ValueError(f"freq_allocation must be a non-negative int (bands given to time), got {fa!r}")
+    return fa
+
+
+def ernie_sections(freq_allocation: int, n_bands: int) -> tuple[int, int, int]:
+    """ERNIE-4.5-VL's ``freq_allocation`` as transformers' ``mrope_section`` ``[h, w, t]``.
+
+    ERNIE's own code (``RopeEmbedding.apply_rotary_3d``; vLLM / SGLang ``Ernie4_5_VLRotaryEmbedding``) gives time
+    the last ``freq_allocation`` bands (the lowest frequencies) and alternates the other ``n - freq_allocation``
+    between height (even bands) and width (odd bands): ``h = w = (n - freq_allocation) / 2``, ``t = freq_allocation``
+    (released checkpoints: 20 of 64 -> [22, 22, 20], what transformers' converter writes).
+
+    Raises:
+        ValueError: ``freq_allocation`` above ``n`` or leaving an odd number of spatial bands (h and w must be equal).
+    """
+    rest = n_bands - freq_allocation
+    if rest < 0:
+        raise ValueError(f"freq_allocation={freq_allocation} exceeds the {n_bands} rotary bands")
+    if rest % 2:
+        raise ValueError(
+            f"freq_allocation={freq_allocation} cannot split {n_bands} bands: ERNIE-4.5-VL alternates the other "
+            f"{rest} bands between height and width, which needs an even number"
+        )
+    return rest // 2, rest // 2, freq_allocation
 
 
 def spec_to_hf_vl(spec: RopeSpec, schema: Literal["v5", "v4"] = "v5") -> dict[str, Any]:
@@ -170,11 +237,14 @@ def spec_to_hf_vl(spec: RopeSpec, schema: Literal["v5", "v4"] = "v5") -> dict[st
     "mrope_interleaved": true}``.
 
     The family (layout, ERNIE's section order) is not part of the fragment: pass ``model_type`` (or ``layout=``)
-    back to ``from_hf``. ERNIE-style ("lta") maps are written in ERNIE's (h, w, t) order (v5 only).
+    back to ``from_hf``. ERNIE-style ("lta") maps are written in ERNIE's (h, w, t) order and also as ERNIE's own
+    top-level ``freq_allocation`` (the time bands; what ERNIE's remote code, vLLM and SGLang read -- they ignore
+    ``mrope_section``). transformers 4 had no ERNIE-4.5-VL class: the v4 fragment is the remote-code era form
+    (top-level ``rope_theta`` and ``freq_allocation``) with the sections in ``rope_scaling`` too, which transformers
+    5 reads when it loads such a file.
 
     Raises:
-        ValueError: for maps transformers cannot express (explicit maps, axes other than (t, h, w)); in v4 also
-            ERNIE-style maps (transformers 4 had no ERNIE-4.5-VL class).
+        ValueError: for maps transformers cannot express (explicit maps, axes other than (t, h, w)).
     """
     from ropekit.hf.config import spec_to_hf
 
@@ -184,11 +254,6 @@ def spec_to_hf_vl(spec: RopeSpec, schema: Literal["v5", "v4"] = "v5") -> dict[st
         raise ValueError(
             f"RopeSpec.axes={axes!r} has no transformers mrope_section equivalent (needs a t, h, w contiguous, "
             "interleaved or ERNIE-style map)"
-        )
-    if schema == "v4" and axes.scheme == "lta":
-        raise ValueError(
-            f"RopeSpec.axes={axes!r} (ERNIE-4.5-VL's map) has no transformers v4 form: v4 had no ERNIE-4.5-VL "
-            "config; use schema='v5'"
         )
     out = spec_to_hf(dataclasses.replace(spec, axes=None), schema=schema)
     if schema == "v4":
@@ -202,6 +267,7 @@ def spec_to_hf_vl(spec: RopeSpec, schema: Literal["v5", "v4"] = "v5") -> dict[st
     if axes.scheme == "lta":
         t, h, w = axes.sections
         rp["mrope_section"] = [h, w, t]
+        out["freq_allocation"] = t
     else:
         rp["mrope_section"] = list(axes.sections)
         if axes.scheme == "interleaved":

@@ -134,6 +134,16 @@ class RopekitVLRotary(nn.Module):
         self.vision_applies = (VISION_APPLIES[type(orig).__name__],) if kind == "vision" else ()
         freqs = _exact_frequencies(orig)
         self.spec = RopeSpec(head_dim=2 * len(freqs), freqs=freqs)
+        fa = getattr(self.config, "freq_allocation", None)
+        if fa is not None and type(orig).__name__ == "Ernie4_5_VLMoeTextRotaryEmbedding":
+            from ropekit.hf.config_vl import ernie_sections
+
+            want = list(ernie_sections(fa, len(freqs)))
+            if list(orig.mrope_section) != want:  # type: ignore[arg-type]
+                raise ValueError(
+                    f"its config says freq_allocation={fa} (ERNIE's split: mrope_section {want}) but transformers "
+                    f"rotates with mrope_section={list(orig.mrope_section)}"  # type: ignore[arg-type]
+                )
 
     @torch.no_grad()
     def forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

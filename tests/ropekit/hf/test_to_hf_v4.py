@@ -159,7 +159,5 @@ def test_v4_refuses_what_v4_cannot_express() -> None:
             RopeSpec(128, scaling=sc).to_hf(schema="v4")
     with pytest.raises(ValueError, match=r"LongRope\(factor=16.0, max_position_embeddings=None"):
         RopeSpec(64, scaling=LongRope((1.0,) * 32, (2.0,) * 32, 4096, factor=16.0)).to_hf(schema="v4")
-    with pytest.raises(ValueError, match="ERNIE-4.5-VL"):
-        RopeSpec(128, axes=AxisMap.lta((20, 22, 22))).to_hf(schema="v4")
     with pytest.raises(ValueError, match="freqs"):
         RopeSpec(4, freqs=(1.0, 0.5)).to_hf(schema="v4")
