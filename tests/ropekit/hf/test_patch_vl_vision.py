@@ -164,3 +164,53 @@ def test_refuses_a_vision_tower_whose_apply_function_is_missing(monkeypatch: pyt
     assert {n: type(m) for n, m in model.named_modules()} == classes
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in state.items())
     assert "_ropekit_patch" not in model.__dict__
+
+
+def _real_size_vision_rotaries() -> list[tuple[str, torch.nn.Module]]:
+    """The vision rotaries at their released head sizes (Qwen2/2.5-VL 80, Qwen3-VL 72, GLM-4V 96, ERNIE 80,
+    Pixtral 64, Llama 4 88): float32 ``inv_freq`` rounding differs there from the tiny test models."""
+    from transformers.models.ernie4_5_vl_moe import modeling_ernie4_5_vl_moe as e
+    from transformers.models.glm4v import modeling_glm4v as g
+    from transformers.models.llama4 import modeling_llama4 as l4
+    from transformers.models.pixtral import modeling_pixtral as px
+    from transformers.models.qwen2_5_vl import modeling_qwen2_5_vl as q25
+    from transformers.models.qwen2_vl import modeling_qwen2_vl as q2
+    from transformers.models.qwen3_vl import modeling_qwen3_vl as q3
+
+    return [
+        ("qwen2_vl", q2.Qwen2VLVisionRotaryEmbedding(T.Qwen2VLConfig().vision_config)),
+        (
+            "qwen2_5_vl",
+            q25.Qwen2_5_VLVisionRotaryEmbedding(T.Qwen2_5_VLVisionConfig(hidden_size=1280, num_heads=16)),
+        ),
+        ("qwen3_vl", q3.Qwen3VLVisionRotaryEmbedding(T.Qwen3VLConfig().vision_config)),
+        ("glm4v", g.Glm4vVisionRotaryEmbedding(T.Glm4vConfig().vision_config)),
+        ("ernie", e.Ernie4_5_VLMoeVisionRotaryEmbedding(e.Ernie4_5_VLMoeConfig().vision_config)),
+        ("pixtral", px.PixtralVisionRotaryEmbedding(T.PixtralVisionConfig())),
+        ("llama4", l4.Llama4VisionRotaryEmbedding(T.Llama4VisionConfig())),
+    ]
+
+
+def test_real_size_vision_rotaries_are_accepted_and_exact() -> None:
+    """Regression: at released sizes transformers' float32 ``inv_freq`` lies up to ~3e-7 (relative) from
+    ``base^(-2j/d)``; the patch must still recognise it, and ropekit's tables follow the exact formula (float64
+    oracle) at a 64 x 64 patch grid."""
+    from ropekit.hf.patch_vl import vl_replacement
+
+    grid = torch.stack(torch.meshgrid(torch.arange(64), torch.arange(64), indexing="ij"), -1).reshape(-1, 2)
+    for name, rot in _real_size_vision_rotaries():
+        new, why = vl_replacement(rot)
+        assert new is not None, (name, why)
+        if name == "llama4":
+            continue  # fixed grid: its table is checked against the formula in tests/ropekit/test_presets_vision.py
+        k, base = rot.inv_freq.numel(), float(rot.config.rope_parameters["rope_theta"])
+        inv = base ** (-torch.arange(0, 2 * k, 2, dtype=torch.float64) / (2 * k))  # the exact 1-D frequencies
+        row, col = grid[:, :1].double(), grid[:, 1:].double()
+        if name == "pixtral":  # head_dim / 2 frequencies: rows take the even ones, columns the odd ones
+            a = torch.cat([row * inv[0::2], col * inv[1::2]], -1)
+        else:  # head_dim / 4 frequencies, each on both axes
+            a = torch.cat([row * inv, col * inv], -1)
+        with torch.no_grad():
+            cos, sin = new(torch.zeros(1), grid)
+        torch.testing.assert_close(cos.double(), torch.cat([a.cos(), a.cos()], -1), atol=1e-6, rtol=0)
+        torch.testing.assert_close(sin.double(), torch.cat([a.sin(), a.sin()], -1), atol=1e-6, rtol=0)
