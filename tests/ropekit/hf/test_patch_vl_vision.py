@@ -214,3 +214,31 @@ def test_real_size_vision_rotaries_are_accepted_and_exact() -> None:
             cos, sin = new(torch.zeros(1), grid)
         torch.testing.assert_close(cos.double(), torch.cat([a.cos(), a.cos()], -1), atol=1e-6, rtol=0)
         torch.testing.assert_close(sin.double(), torch.cat([a.sin(), a.sin()], -1), atol=1e-6, rtol=0)
+
+
+def test_qwen2_5_vl_vision_gradients_equal_unpatched() -> None:
+    """Training through the patched vision tower (window permutation included): the vision weights' gradients
+    equal transformers' (the rotation through ropekit's dispatch is differentiable)."""
+    from tests.ropekit.hf.test_patch_vl import _inputs, _model, _sharpen_vision
+
+    torch.manual_seed(0)
+    model = _model("qwen2_5_vl")
+    _sharpen_vision(model)
+    kw = _inputs("qwen2_5_vl")
+
+    def grads() -> dict[str, torch.Tensor]:
+        model.zero_grad()
+        model(**kw).logits.square().mean().backward()
+        return {
+            n: p.grad.clone() for n, p in model.named_parameters() if "visual" in n and p.grad is not None
+        }
+
+    ref = grads()
+    key = (type(model).__module__, "apply_rotary_pos_emb_vision")
+    with ropekit.hf.patched(model):
+        before = CALLS[key]
+        got = grads()
+        assert CALLS[key] - before == 2 * model.config.vision_config.depth  # image and video calls
+    assert ref.keys() == got.keys() and len(ref) > 10
+    for n in ref:
+        assert float((got[n] - ref[n]).abs().max()) <= 1e-4 * float(ref[n].abs().max()) + 1e-12, n
