@@ -18,7 +18,7 @@ module at a time. Each such module is *replaced* (the original object is kept un
   rotates with ropekit's dispatch (fused CPU kernel, Triton on CUDA) from exact float32 tables, also in a bf16
   model. A *vision* rotary tags its output the same way ([N, head_dim / 2] half tables) and the family's vision
   apply function is wrapped too (:mod:`ropekit.hf.vision_apply`): vision towers rotate by ropekit's dispatch.
-- :class:`RopekitLlama4VisionRotary`: Llama 4's fixed complex table rebuilt from
+- :class:`RopekitLlama4VisionRotary` (in :mod:`ropekit.hf.vision_apply`): Llama 4's fixed complex table rebuilt from
   :func:`ropekit.presets_vl.llama4_vision_spec`, tagged with its real / imaginary parts for the wrapped
   ``vision_apply_rotary_emb``.
 
@@ -33,14 +33,19 @@ text tables [b, s, rotary_dim]; vision tables [N, head_dim].
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import torch
 from torch import nn
 
 from ropekit.hf.families import Family
 from ropekit.hf.rotary import ROPEKIT_TABLES, RopekitTables
-from ropekit.hf.vision_apply import VISION_APPLIES, tag_cat_tables, tag_complex_table, verify_vision_apply
+from ropekit.hf.vision_apply import (
+    LLAMA4_VISION,
+    VISION_APPLIES,
+    RopekitLlama4VisionRotary,
+    tag_cat_tables,
+    verify_vision_apply,
+)
 from ropekit.phases import rope_tables
 from ropekit.spec import RopeSpec
 
@@ -70,7 +75,6 @@ VL_ROTARY_CLASSES: dict[str, tuple[str, bool]] = {
     "Ernie4_5_VLMoeVisionRotaryEmbedding": ("vision", False),
     "PixtralVisionRotaryEmbedding": ("vision", True),
 }
-LLAMA4_VISION = "Llama4VisionRotaryEmbedding"
 _QK = (("apply_rotary_pos_emb", "qk"),)
 _CAT = Family("M-RoPE text (half split, cat tables)", (), tables="cat", applies=_QK, positions="mrope")
 _PAIRS = Family(
@@ -181,40 +185,6 @@ class RopekitVLRotary(nn.Module):
             setattr(cos, ROPEKIT_TABLES, info)
             setattr(sin, ROPEKIT_TABLES, info)
         return cos, sin
-
-
-class RopekitLlama4VisionRotary(nn.Module):
-    """Llama 4's vision rotary (a fixed complex table ``freqs_ci`` [idx^2 + 1, 1, D/2]) rebuilt from
-    :func:`ropekit.presets_vl.llama4_vision_spec`: 1-based (x, y), class token last at angle 0, exact phases."""
-
-    freqs_ci: torch.Tensor
-
-    def __init__(self, orig: nn.Module) -> None:
-        super().__init__()
-        from ropekit.axis_tables import axis_tables
-        from ropekit.positions.grid import grid_positions, with_prefix
-        from ropekit.presets_vl import llama4_vision_spec
-
-        cfg: Any = orig.config
-        self.config = cfg
-        idx = int(cfg.image_size) // int(cfg.patch_size)
-        head_dim = int(cfg.hidden_size) // int(cfg.num_attention_heads)
-        spec = llama4_vision_spec(head_dim, float(cfg.rope_parameters["rope_theta"]))
-        xy = with_prefix(grid_positions((idx, idx), start=1)[[1, 0]], 1, where="last")
-        cos, sin = axis_tables(xy, spec)  # [idx^2 + 1, D/2]
-        ref: torch.Tensor = orig.freqs_ci  # type: ignore[assignment]
-        table = torch.complex(cos, sin).unsqueeze(1)
-        if tuple(table.shape) != tuple(ref.shape):  # pragma: no cover - a transformers layout change
-            raise ValueError(
-                f"Llama 4 vision table shape {tuple(ref.shape)} differs from ropekit's {tuple(table.shape)}"
-            )
-        self.register_buffer("freqs_ci", table.to(ref.device), persistent=False)
-        self.spec = spec
-        self.vision_applies = (VISION_APPLIES[LLAMA4_VISION],)
-
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        # tagged once per tensor: vision_apply_rotary_emb (wrapped) rotates from its real / imaginary parts
-        return tag_complex_table(self.freqs_ci.to(hidden_states.device), self.spec)
 
 
 def _probe_positions(kind: str, device: torch.device) -> torch.Tensor:

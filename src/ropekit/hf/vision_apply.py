@@ -16,7 +16,8 @@ dispatch (fused CPU kernel, Triton on CUDA), float32 math, output in the input's
 The cat tables are ``[a, a]`` (half-split pairs ``(j, j + d/2)``); Llama 4's complex table rotates the pairs
 ``(2j, 2j + 1)`` (interleaved). Qwen2.5-VL permutes the tables for window attention
 (``permute_input_for_window_attn``, a method of its vision model): that method is wrapped on the instance so the
-permuted tables keep their tag (ropekit's half tables permuted the same way).
+permuted tables keep their tag (ropekit's half tables permuted the same way). Llama 4's vision rotary is replaced
+by :class:`RopekitLlama4VisionRotary` (its fixed table rebuilt from ropekit's exact phases).
 
 Shapes: N vision tokens, n = d // 2 bands.
 """
@@ -34,9 +35,11 @@ from ropekit.hf.rotary import ROPEKIT_TABLES, RopekitTables
 from ropekit.spec import RopeSpec
 
 __all__ = [
+    "LLAMA4_VISION",
     "LLAMA4_VISION_FAMILY",
     "VISION_APPLIES",
     "VISION_FAMILY",
+    "RopekitLlama4VisionRotary",
     "attach_window_permute",
     "tag_cat_tables",
     "tag_complex_table",
@@ -58,6 +61,7 @@ LLAMA4_VISION_FAMILY = Family(
     "Llama 4 vision (complex, interleaved pairs)", (), tables="complex", layout="interleaved", applies=()
 )
 _PERMUTE = "permute_input_for_window_attn"
+LLAMA4_VISION = "Llama4VisionRotaryEmbedding"
 
 
 def tag_cat_tables(cos: torch.Tensor, sin: torch.Tensor, spec: RopeSpec) -> RopekitTables:
@@ -72,6 +76,40 @@ def tag_complex_table(freqs_ci: torch.Tensor, spec: RopeSpec) -> torch.Tensor:
         cos, sin = freqs_ci.real[:, 0].contiguous(), freqs_ci.imag[:, 0].contiguous()
         setattr(freqs_ci, ROPEKIT_TABLES, RopekitTables(cos, sin, LLAMA4_VISION_FAMILY, spec))
     return freqs_ci
+
+
+class RopekitLlama4VisionRotary(nn.Module):
+    """Llama 4's vision rotary (a fixed complex table ``freqs_ci`` [idx^2 + 1, 1, D/2]) rebuilt from
+    :func:`ropekit.presets_vl.llama4_vision_spec`: 1-based (x, y), class token last at angle 0, exact phases."""
+
+    freqs_ci: torch.Tensor
+
+    def __init__(self, orig: nn.Module) -> None:
+        super().__init__()
+        from ropekit.axis_tables import axis_tables
+        from ropekit.positions.grid import grid_positions, with_prefix
+        from ropekit.presets_vl import llama4_vision_spec
+
+        cfg: Any = orig.config
+        self.config = cfg
+        idx = int(cfg.image_size) // int(cfg.patch_size)
+        head_dim = int(cfg.hidden_size) // int(cfg.num_attention_heads)
+        spec = llama4_vision_spec(head_dim, float(cfg.rope_parameters["rope_theta"]))
+        xy = with_prefix(grid_positions((idx, idx), start=1)[[1, 0]], 1, where="last")
+        cos, sin = axis_tables(xy, spec)  # [idx^2 + 1, D/2]
+        ref: torch.Tensor = orig.freqs_ci  # type: ignore[assignment]
+        table = torch.complex(cos, sin).unsqueeze(1)
+        if tuple(table.shape) != tuple(ref.shape):  # pragma: no cover - a transformers layout change
+            raise ValueError(
+                f"Llama 4 vision table shape {tuple(ref.shape)} differs from ropekit's {tuple(table.shape)}"
+            )
+        self.register_buffer("freqs_ci", table.to(ref.device), persistent=False)
+        self.spec = spec
+        self.vision_applies = (VISION_APPLIES[LLAMA4_VISION],)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        # tagged once per tensor: vision_apply_rotary_emb (wrapped) rotates from its real / imaginary parts
+        return tag_complex_table(self.freqs_ci.to(hidden_states.device), self.spec)
 
 
 def attach_window_permute(parent: nn.Module) -> Callable[[], None] | None:
