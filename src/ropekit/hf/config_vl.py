@@ -11,7 +11,8 @@ are read by the 1-D parser (:func:`ropekit.hf.config.spec_from_hf`) after removi
 |---|---|---|---|
 | qwen2_vl, qwen2_5_vl | contiguous | half | [16, 24, 24] |
 | qwen3_vl, qwen3_vl_moe | interleaved (THW cycle) | half | [24, 20, 20] |
-| glm4v, glm4v_moe | contiguous over the rotary part | interleaved | [8, 12, 12] |
+| glm4v | contiguous over the rotary part | interleaved | [8, 12, 12] |
+| glm4v_moe | contiguous over the rotary part | half | [8, 12, 12] |
 | ernie4_5_vl_moe | h/w alternate, t on the lowest freqs ("lta"), config order (h, w, t) | interleaved | [22, 22, 20] |
 """
 
@@ -39,7 +40,7 @@ VL_FAMILIES: dict[str, tuple[str, str, tuple[int, int, int]]] = {
     "qwen3_vl": ("qwen3_vl", "half", (24, 20, 20)),
     "qwen3_vl_moe": ("qwen3_vl", "half", (24, 20, 20)),
     "glm4v": ("glm4v", "interleaved", (8, 12, 12)),
-    "glm4v_moe": ("glm4v", "interleaved", (8, 12, 12)),
+    "glm4v_moe": ("glm4v", "half", (8, 12, 12)),  # GLM-4.5V: half split (rotate_half), unlike GLM-4V's pairs
     "ernie4_5_vl_moe": ("ernie", "interleaved", (22, 22, 20)),
     "ernie4_5_moe_vl": ("ernie", "interleaved", (22, 22, 20)),  # Baidu's remote-code config.json (flat)
 }

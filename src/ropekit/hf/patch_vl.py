@@ -3,8 +3,8 @@
 Qwen2-VL, Wang et al. 2024, M-RoPE; RoPE-ViT, Heo et al. 2024, axial 2-D RoPE).
 
 :func:`ropekit.hf.patch` calls this module for every rotary module whose class is in :data:`VL_ROTARY_CLASSES`
-(text M-RoPE of Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3-VL-MoE, GLM-4V, ERNIE-4.5-VL; the 2-D vision rotaries of
-those families and Pixtral) or is Llama 4's ``Llama4VisionRotaryEmbedding``; recognition is by module class, one
+(text M-RoPE of Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3-VL-MoE, GLM-4V, GLM-4V-MoE, ERNIE-4.5-VL; the 2-D vision
+rotaries of those families and Pixtral) or is Llama 4's ``Llama4VisionRotaryEmbedding``; recognition is by module class, one
 module at a time. Each such module is *replaced* (the original object is kept untouched and put back by
 ``unpatch``) by:
 
@@ -66,12 +66,14 @@ VL_ROTARY_CLASSES: dict[str, tuple[str, bool]] = {
     "Qwen3VLTextRotaryEmbedding": ("text", True),
     "Qwen3VLMoeTextRotaryEmbedding": ("text", True),
     "Glm4vTextRotaryEmbedding": ("text", True),
+    "Glm4vMoeTextRotaryEmbedding": ("text", True),
     "Ernie4_5_VLMoeTextRotaryEmbedding": ("text", False),
     "Qwen2VLVisionRotaryEmbedding": ("vision", False),
     "Qwen2_5_VLVisionRotaryEmbedding": ("vision", False),
     "Qwen3VLVisionRotaryEmbedding": ("vision", False),
     "Qwen3VLMoeVisionRotaryEmbedding": ("vision", False),
     "Glm4vVisionRotaryEmbedding": ("vision", False),
+    "Glm4vMoeVisionRotaryEmbedding": ("vision", False),
     "Ernie4_5_VLMoeVisionRotaryEmbedding": ("vision", False),
     "PixtralVisionRotaryEmbedding": ("vision", True),
 }
@@ -92,6 +94,7 @@ VL_TEXT_FAMILIES: dict[str, Family] = {
     "Qwen3VLTextRotaryEmbedding": _CAT,
     "Qwen3VLMoeTextRotaryEmbedding": _CAT,
     "Glm4vTextRotaryEmbedding": _PAIRS,
+    "Glm4vMoeTextRotaryEmbedding": _CAT,  # GLM-4.5V: half split over the rotary part (partial rotary)
     "Ernie4_5_VLMoeTextRotaryEmbedding": _PAIRS,
 }
 

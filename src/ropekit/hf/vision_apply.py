@@ -9,7 +9,7 @@ dispatch (fused CPU kernel, Triton on CUDA), float32 math, output in the input's
 
 | rotary class | wrapped function (modeling file) | kind | q, k | tables |
 |---|---|---|---|---|
-| Qwen2-VL, Qwen2.5-VL, Qwen3-VL(-MoE), GLM-4V, ERNIE-4.5-VL vision | ``apply_rotary_pos_emb_vision`` | "vision_thd" | [N, heads, d] | cat [N, d] |
+| Qwen2-VL, Qwen2.5-VL, Qwen3-VL(-MoE), GLM-4V(-MoE), ERNIE-4.5-VL vision | ``apply_rotary_pos_emb_vision`` | "vision_thd" | [N, heads, d] | cat [N, d] |
 | Pixtral | ``apply_rotary_pos_emb`` (``unsqueeze_dim=0``) | "qk_shared" | [1, heads, N, d] | cat [N, d] |
 | Llama 4 vision | ``vision_apply_rotary_emb`` | "vision_complex" | [b, N, heads, d] | complex [N, 1, d/2] |
 
@@ -50,7 +50,7 @@ __all__ = [
 VISION_APPLIES: dict[str, tuple[str, str]] = {
     **{
         f"{stem}VisionRotaryEmbedding": ("apply_rotary_pos_emb_vision", "vision_thd")
-        for stem in ("Qwen2VL", "Qwen2_5_VL", "Qwen3VL", "Qwen3VLMoe", "Glm4v", "Ernie4_5_VLMoe")
+        for stem in ("Qwen2VL", "Qwen2_5_VL", "Qwen3VL", "Qwen3VLMoe", "Glm4v", "Glm4vMoe", "Ernie4_5_VLMoe")
     },
     "PixtralVisionRotaryEmbedding": ("apply_rotary_pos_emb", "qk_shared"),
     "Llama4VisionRotaryEmbedding": ("vision_apply_rotary_emb", "vision_complex"),

@@ -26,6 +26,8 @@ CONFIGS = {
     "qwen3_vl": lambda: T.Qwen3VLConfig(),
     "qwen3_vl_moe": lambda: T.Qwen3VLMoeConfig(),
     "glm4v": lambda: T.Glm4vConfig(text_config=GLM_TEXT),
+    # GLM-4.5V: same sections and partial rotary as GLM-4V, but half-split pairs (its rotate_half)
+    "glm4v_moe": lambda: T.Glm4vMoeConfig(text_config={**GLM_TEXT, "head_dim": 128}),
     "ernie4_5_vl_moe": lambda: _ernie_config(),
 }
 
@@ -51,6 +53,10 @@ def _hf_rotary(name: str, text_config):
         from transformers.models.glm4v import modeling_glm4v as m
 
         return m, m.Glm4vTextRotaryEmbedding(text_config)
+    if name == "glm4v_moe":
+        from transformers.models.glm4v_moe import modeling_glm4v_moe as m
+
+        return m, m.Glm4vMoeTextRotaryEmbedding(text_config)
     from transformers.models.ernie4_5_vl_moe import modeling_ernie4_5_vl_moe as m
 
     return m, m.Ernie4_5_VLMoeTextRotaryEmbedding(text_config)

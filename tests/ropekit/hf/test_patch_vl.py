@@ -76,6 +76,15 @@ def _model(family: str):
             image_start_token_id=START, image_end_token_id=7, video_start_token_id=8, video_end_token_id=9, **tok,
         )  # fmt: skip
         return m.Ernie4_5_VLMoeForConditionalGeneration(cfg)
+    if family == "glm4v_moe":  # GLM-4.5V: GLM-4V's sections and partial rotary, half-split pairs, MoE
+        cfg = T.Glm4vMoeConfig(
+            text_config={**TEXT, "head_dim": 16, "n_routed_experts": 4, "num_experts_per_tok": 2,
+                         "moe_intermediate_size": 32, "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1,
+                         "rope_parameters": {**rp, "mrope_section": [2, 1, 1], "partial_rotary_factor": 0.5}},
+            vision_config={**VISION, "intermediate_size": 64, "out_hidden_size": 64, "image_size": 56},
+            image_start_token_id=START, image_end_token_id=7, video_start_token_id=8, video_end_token_id=9, **tok,
+        )  # fmt: skip
+        return T.Glm4vMoeForConditionalGeneration(cfg)
     cfg = T.Glm4vConfig(
         text_config={**TEXT, "rope_parameters": {**rp, "mrope_section": [2, 1, 1], "partial_rotary_factor": 0.5}},
         vision_config={**VISION, "intermediate_size": 64, "out_hidden_size": 64, "image_size": 56},
@@ -119,6 +128,7 @@ FAMILIES = [
     "qwen3_vl",
     pytest.param("qwen3_vl_moe", marks=_SLOW),
     "glm4v",
+    "glm4v_moe",
     pytest.param("ernie4_5_vl_moe", marks=_SLOW),
 ]
 

@@ -171,6 +171,7 @@ def _real_size_vision_rotaries() -> list[tuple[str, torch.nn.Module]]:
     Pixtral 64, Llama 4 88): float32 ``inv_freq`` rounding differs there from the tiny test models."""
     from transformers.models.ernie4_5_vl_moe import modeling_ernie4_5_vl_moe as e
     from transformers.models.glm4v import modeling_glm4v as g
+    from transformers.models.glm4v_moe import modeling_glm4v_moe as gm
     from transformers.models.llama4 import modeling_llama4 as l4
     from transformers.models.pixtral import modeling_pixtral as px
     from transformers.models.qwen2_5_vl import modeling_qwen2_5_vl as q25
@@ -185,6 +186,7 @@ def _real_size_vision_rotaries() -> list[tuple[str, torch.nn.Module]]:
         ),
         ("qwen3_vl", q3.Qwen3VLVisionRotaryEmbedding(T.Qwen3VLConfig().vision_config)),
         ("glm4v", g.Glm4vVisionRotaryEmbedding(T.Glm4vConfig().vision_config)),
+        ("glm4v_moe", gm.Glm4vMoeVisionRotaryEmbedding(T.Glm4vMoeConfig().vision_config)),
         ("ernie", e.Ernie4_5_VLMoeVisionRotaryEmbedding(e.Ernie4_5_VLMoeConfig().vision_config)),
         ("pixtral", px.PixtralVisionRotaryEmbedding(T.PixtralVisionConfig())),
         ("llama4", l4.Llama4VisionRotaryEmbedding(T.Llama4VisionConfig())),
