@@ -244,3 +244,21 @@ def test_qwen2_5_vl_vision_gradients_equal_unpatched() -> None:
     assert ref.keys() == got.keys() and len(ref) > 10
     for n in ref:
         assert float((got[n] - ref[n]).abs().max()) <= 1e-4 * float(ref[n].abs().max()) + 1e-12, n
+
+
+def test_unpatched_model_of_the_same_family_is_unaffected() -> None:
+    """The wrapped vision apply function is shared by the modeling file: an unpatched model beside a patched one
+    passes untagged tables and computes exactly as before (transformers' own function), not through ropekit."""
+    from tests.ropekit.hf.test_patch_vl import _inputs, _model
+
+    torch.manual_seed(0)
+    patched, plain = _model("qwen2_5_vl").eval(), _model("qwen2_5_vl").eval()
+    kw = _inputs("qwen2_5_vl")
+    key = (type(plain).__module__, "apply_rotary_pos_emb_vision")
+    with torch.no_grad():
+        ref = plain(**kw).logits
+        with ropekit.hf.patched(patched):
+            before = CALLS[key]
+            beside = plain(**kw).logits
+            assert CALLS[key] == before  # nothing of the plain model went through ropekit
+    assert torch.equal(beside, ref)
