@@ -70,10 +70,14 @@ def tag_cat_tables(cos: torch.Tensor, sin: torch.Tensor, spec: RopeSpec) -> Rope
     return RopekitTables(cos[..., :n].contiguous(), sin[..., :n].contiguous(), VISION_FAMILY, spec)
 
 
-def tag_complex_table(freqs_ci: torch.Tensor, spec: RopeSpec) -> torch.Tensor:
-    """Tag Llama 4's complex table [N, 1, d/2] (once per tensor) with its real / imaginary parts [N, d/2]."""
+def tag_complex_table(
+    freqs_ci: torch.Tensor, tables: tuple[torch.Tensor, torch.Tensor], spec: RopeSpec
+) -> torch.Tensor:
+    """Tag Llama 4's table ``freqs_ci`` [N, 1, d/2] (once per tensor) with ropekit's exact float32 ``tables``
+    (cos, sin) [N, d/2], moved to its device: the wrapped ``vision_apply_rotary_emb`` rotates from those, whatever
+    became of the buffer (a ``model.to(torch.bfloat16)`` turns transformers' complex buffer into a real one)."""
     if getattr(freqs_ci, ROPEKIT_TABLES, None) is None:
-        cos, sin = freqs_ci.real[:, 0].contiguous(), freqs_ci.imag[:, 0].contiguous()
+        cos, sin = (t.to(freqs_ci.device) for t in tables)
         setattr(freqs_ci, ROPEKIT_TABLES, RopekitTables(cos, sin, LLAMA4_VISION_FAMILY, spec))
     return freqs_ci
 
@@ -104,12 +108,16 @@ class RopekitLlama4VisionRotary(nn.Module):
                 f"Llama 4 vision table shape {tuple(ref.shape)} differs from ropekit's {tuple(table.shape)}"
             )
         self.register_buffer("freqs_ci", table.to(ref.device), persistent=False)
+        self._tables = (
+            cos,
+            sin,
+        )  # exact float32 [idx^2 + 1, D/2]: not buffers, so no dtype cast reaches them
         self.spec = spec
         self.vision_applies = (VISION_APPLIES[LLAMA4_VISION],)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         # tagged once per tensor: vision_apply_rotary_emb (wrapped) rotates from its real / imaginary parts
-        return tag_complex_table(self.freqs_ci.to(hidden_states.device), self.spec)
+        return tag_complex_table(self.freqs_ci.to(hidden_states.device), self._tables, self.spec)
 
 
 def attach_window_permute(parent: nn.Module) -> Callable[[], None] | None:

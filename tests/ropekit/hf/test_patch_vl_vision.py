@@ -262,3 +262,33 @@ def test_unpatched_model_of_the_same_family_is_unaffected() -> None:
             beside = plain(**kw).logits
             assert CALLS[key] == before  # nothing of the plain model went through ropekit
     assert torch.equal(beside, ref)
+
+
+def test_llama4_vision_cast_to_bf16_after_patching_still_rotates_exactly() -> None:
+    """``model.to(torch.bfloat16)`` turns the complex ``freqs_ci`` buffer into a real one (imaginary part dropped);
+    ropekit rotates from its own float32 tables, so the rotation stays the float32 complex one."""
+    cfg = T.Llama4VisionConfig(hidden_size=64, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+                               image_size=56, patch_size=14, vision_output_dim=64, projector_input_dim=64,
+                               projector_output_dim=64, pixel_shuffle_ratio=0.5)  # fmt: skip
+    torch.manual_seed(0)
+    model = T.Llama4VisionModel(cfg).eval()
+    table = model.rotary_embedding.freqs_ci.clone()  # transformers' complex64 table [17, 1, 8]
+    x = torch.randn(1, 3, 56, 56)
+    with torch.no_grad():
+        ropekit.hf.patch(model)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch warns about the discarded imaginary part
+            model.to(torch.bfloat16)
+        assert not model.rotary_embedding.freqs_ci.is_complex()
+        before = CALLS[LLAMA4_KEY]
+        model(x.bfloat16())  # runs, every layer through ropekit
+        assert CALLS[LLAMA4_KEY] - before == cfg.num_hidden_layers
+        freqs = model.rotary_embedding(x)  # the real bf16 buffer, tagged with ropekit's float32 tables
+        assert getattr(freqs, ROPEKIT_TABLES).cos.dtype == torch.float32
+        modeling = sys.modules[LLAMA4_KEY[0]]
+        q, k = torch.randn(2, 17, 4, 16), torch.randn(2, 17, 4, 16)
+        got = modeling.vision_apply_rotary_emb(q, k, freqs_ci=freqs)
+        ref = modeling.vision_apply_rotary_emb._ropekit_original(q, k, freqs_ci=table)
+        ropekit.hf.unpatch(model)
+    for g, r in zip(got, ref):
+        torch.testing.assert_close(g, r, atol=1e-5, rtol=1e-5)
