@@ -218,16 +218,24 @@ typedef struct {
     int interleaved, sign;
 } rope_args;
 
+// The row index is split into (i0, i1, i2) once per chunk and then stepped (no divisions per row: two 64-bit
+// divisions per row cost about a third of the time when the data is in cache).
 #define LOOPS(T, BODY)                                                                                         \
-    for (int64_t idx = begin; idx < end; ++idx) {                                                              \
-        const int64_t i2 = idx % d2, ij = idx / d2, i1 = ij % d1, i0 = ij / d1;                                \
-        const T *xr = x + i0 * xs0 + i1 * xs1 + i2 * xs2;                                                      \
-        T *orow = out + i0 * os0 + i1 * os1 + i2 * os2;                                                        \
-        const int64_t tb = i0 * ts0 + i1 * ts1 + i2 * ts2;                                                     \
-        const f32 *c = cosp + tb, *s = sinp + tb;                                                              \
-        (void)xr; (void)c; (void)s;                                                                            \
-        BODY;                                                                                                  \
-        if (!inplace && D > r) memcpy(orow + r, xr + r, (size_t)(D - r) * sizeof(T));                          \
+    {                                                                                                          \
+        int64_t i2 = begin % d2, i1 = (begin / d2) % d1, i0 = (begin / d2) / d1;                               \
+        for (int64_t idx = begin; idx < end; ++idx) {                                                          \
+            const T *xr = x + i0 * xs0 + i1 * xs1 + i2 * xs2;                                                  \
+            T *orow = out + i0 * os0 + i1 * os1 + i2 * os2;                                                    \
+            const int64_t tb = i0 * ts0 + i1 * ts1 + i2 * ts2;                                                 \
+            const f32 *c = cosp + tb, *s = sinp + tb;                                                          \
+            (void)xr; (void)c; (void)s;                                                                        \
+            BODY;                                                                                              \
+            if (!inplace && D > r) memcpy(orow + r, xr + r, (size_t)(D - r) * sizeof(T));                      \
+            if (++i2 == d2) {                                                                                  \
+                i2 = 0;                                                                                        \
+                if (++i1 == d1) { i1 = 0; ++i0; }                                                              \
+            }                                                                                                  \
+        }                                                                                                      \
     }
 
 // Every case gets its own loop, with the band count and the sign as compile-time constants where common,
