@@ -110,6 +110,7 @@ static void NAME##_range(const void *vctx, int64_t begin, int64_t end) {        
     const int64_t *p = a->p;                                                                                   \
     const int64_t S = p[1], Hk = p[2], Hq = p[3], D = p[4], Dv = p[5], r = p[25], n = r / 2;                   \
     const int il = (int)p[26];                                                                                 \
+    if (begin >= end) return; /* nothing to do (and S may be 0: no division below) */                       \
     if (p[23] == 0 && p[8] > p[7] && p[17] > p[16] && (!a->q || p[14] > p[13])) {                             \
         switch (n) {                                                                                           \
             case 32: CW_HEADS_OUTER(T, 32); break;                                                             \

@@ -221,7 +221,7 @@ typedef struct {
 // The row index is split into (i0, i1, i2) once per chunk and then stepped (no divisions per row: two 64-bit
 // divisions per row cost about a third of the time when the data is in cache).
 #define LOOPS(T, BODY)                                                                                         \
-    {                                                                                                          \
+    if (begin < end) { /* an empty range may come with a zero dim: divide only when there are rows */          \
         int64_t i2 = begin % d2, i1 = (begin / d2) % d1, i0 = (begin / d2) / d1;                               \
         for (int64_t idx = begin; idx < end; ++idx) {                                                          \
             const T *xr = x + i0 * xs0 + i1 * xs1 + i2 * xs2;                                                  \

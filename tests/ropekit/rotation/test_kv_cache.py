@@ -397,3 +397,13 @@ def test_contiguous_head_major_chunks_match_the_torch_path(
     assert torch.equal(outs[0][0][0, :, :5], ck0[0, :, :5]) and torch.equal(
         outs[0][0][1, :, : S_max - S], ck0[1, :, : S_max - S]
     )
+
+
+def test_contiguous_empty_write_leaves_the_caches_untouched() -> None:
+    """Zero tokens in HF's all-bhsd layout: nothing is written and nothing fails."""
+    spec = RopeSpec(16, base=BASE)
+    k, v, q = torch.randn(2, 2, 0, 16), torch.randn(2, 2, 0, 16), torch.randn(2, 4, 0, 16)
+    ck, cv = torch.randn(2, 2, 8, 16), torch.randn(2, 2, 8, 16)
+    ck0, cv0 = ck.clone(), cv.clone()
+    rope_cache_write(k, v, ck, cv, torch.tensor([3, 8]), spec, q=q, format="bhsd", cache_format="bhsd")
+    assert torch.equal(ck, ck0) and torch.equal(cv, cv0)
