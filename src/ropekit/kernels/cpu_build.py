@@ -29,7 +29,7 @@ __all__ = ["ABI_VERSION", "HEADERS", "SOURCE", "BuildInfo", "build_info", "load"
 
 SOURCE = Path(__file__).with_name("rope_cpu.c")
 HEADERS = (Path(__file__).with_name("rope_cache_write.h"),)  # included by SOURCE
-ABI_VERSION = 3
+ABI_VERSION = 4
 _FLAGS = ["-O3", "-pthread", "-shared", "-fPIC", "-std=c11", "-Wno-aggressive-loop-optimizations"]
 _lock = threading.Lock()
 _state: dict[str, object] = {}
@@ -131,6 +131,8 @@ def _setup(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.ropekit_check_slots.restype = ctypes.c_int
     lib.ropekit_check_offsets.argtypes = [P, I, I, I, P]
     lib.ropekit_check_offsets.restype = ctypes.c_int
+    lib.ropekit_axis_gather.argtypes = [P, I, I, P, I, I, P, P]
+    lib.ropekit_axis_gather.restype = ctypes.c_int64
     if lib.ropekit_abi_version() != ABI_VERSION:
         raise RuntimeError("stale kernel library (ABI mismatch)")
     return lib

@@ -65,6 +65,42 @@ typedef struct {
         }                                                                                                       \
     } while (0)
 
+// Contiguous cache with k and the cache both head-major (bhsd, HF's layout): heads outside, the chunk's tokens
+// inside, so that every head's rows are read and written as one contiguous run (token-major order touches
+// 2 Hk + Hq far-apart rows per token, which costs about 2x a plain copy of the same bytes). Each table row is
+// then read once per head, from cache (a chunk's rows are at most a few hundred KB).
+#define CW_HEADS_OUTER(T, N)                                                                                    \
+    do {                                                                                                        \
+        const int64_t b0 = begin / S, s0 = begin % S;                                                           \
+        for (int64_t h = 0; h < Hk; ++h) {                                                                      \
+            int64_t b = b0, s = s0;                                                                             \
+            for (int64_t t = begin; t < end; ++t) {                                                             \
+                const int64_t tb = b * p[21] + s * p[22];                                                       \
+                const T *kr = (const T *)a->k + b * p[6] + s * p[7] + h * p[8];                                 \
+                T *dst = (T *)a->ck + b * p[15] + (a->index[b] + s) * p[16] + h * p[17];                        \
+                cw_copy_##T(dst, kr, a->cosp + tb, a->sinp + tb, N, il);                                        \
+                if (D > r) memcpy(dst + r, kr + r, (size_t)(D - r) * sizeof(T));                                \
+                if (++s == S) { s = 0; ++b; }                                                                   \
+            }                                                                                                   \
+        }                                                                                                       \
+        for (int64_t h = 0; h < Hk; ++h) {                                                                      \
+            int64_t b = b0, s = s0;                                                                             \
+            for (int64_t t = begin; t < end; ++t) {                                                             \
+                memcpy((T *)a->cv + b * p[18] + (a->index[b] + s) * p[19] + h * p[20],                          \
+                       (const T *)a->v + b * p[9] + s * p[10] + h * p[11], (size_t)Dv * sizeof(T));             \
+                if (++s == S) { s = 0; ++b; }                                                                   \
+            }                                                                                                   \
+        }                                                                                                       \
+        for (int64_t h = 0; a->q && h < Hq; ++h) {                                                              \
+            int64_t b = b0, s = s0;                                                                             \
+            for (int64_t t = begin; t < end; ++t) {                                                             \
+                const int64_t tb = b * p[21] + s * p[22];                                                       \
+                cw_inplace_##T((T *)a->q + b * p[12] + s * p[13] + h * p[14], a->cosp + tb, a->sinp + tb, N, il); \
+                if (++s == S) { s = 0; ++b; }                                                                   \
+            }                                                                                                   \
+        }                                                                                                       \
+    } while (0)
+
 // p = [B, S, Hk, Hq, D, Dv, ks0, ks1, ks2, vs0, vs1, vs2, qs0, qs1, qs2, cks0, cks1, cks2, cvs0, cvs1, cvs2,
 //      ts0, ts1, mode, block_size, r, interleaved, nthreads]; strides in elements; ts* are the table strides of
 //      (b, s) (0 where broadcast).
@@ -74,6 +110,15 @@ static void NAME##_range(const void *vctx, int64_t begin, int64_t end) {        
     const int64_t *p = a->p;                                                                                   \
     const int64_t S = p[1], Hk = p[2], Hq = p[3], D = p[4], Dv = p[5], r = p[25], n = r / 2;                   \
     const int il = (int)p[26];                                                                                 \
+    if (begin >= end) return; /* nothing to do (and S may be 0: no division below) */                       \
+    if (p[23] == 0 && p[8] > p[7] && p[17] > p[16] && (!a->q || p[14] > p[13])) {                             \
+        switch (n) {                                                                                           \
+            case 32: CW_HEADS_OUTER(T, 32); break;                                                             \
+            case 64: CW_HEADS_OUTER(T, 64); break;                                                             \
+            default: CW_HEADS_OUTER(T, n); break;                                                              \
+        }                                                                                                      \
+        return;                                                                                                \
+    }                                                                                                          \
     for (int64_t t = begin; t < end; ++t) {                                                                    \
         const int64_t b = t / S, s = t % S;                                                                    \
         int64_t blk, off;                                                                                      \

@@ -218,16 +218,24 @@ typedef struct {
     int interleaved, sign;
 } rope_args;
 
+// The row index is split into (i0, i1, i2) once per chunk and then stepped (no divisions per row: two 64-bit
+// divisions per row cost about a third of the time when the data is in cache).
 #define LOOPS(T, BODY)                                                                                         \
-    for (int64_t idx = begin; idx < end; ++idx) {                                                              \
-        const int64_t i2 = idx % d2, ij = idx / d2, i1 = ij % d1, i0 = ij / d1;                                \
-        const T *xr = x + i0 * xs0 + i1 * xs1 + i2 * xs2;                                                      \
-        T *orow = out + i0 * os0 + i1 * os1 + i2 * os2;                                                        \
-        const int64_t tb = i0 * ts0 + i1 * ts1 + i2 * ts2;                                                     \
-        const f32 *c = cosp + tb, *s = sinp + tb;                                                              \
-        (void)xr; (void)c; (void)s;                                                                            \
-        BODY;                                                                                                  \
-        if (!inplace && D > r) memcpy(orow + r, xr + r, (size_t)(D - r) * sizeof(T));                          \
+    if (begin < end) { /* an empty range may come with a zero dim: divide only when there are rows */          \
+        int64_t i2 = begin % d2, i1 = (begin / d2) % d1, i0 = (begin / d2) / d1;                               \
+        for (int64_t idx = begin; idx < end; ++idx) {                                                          \
+            const T *xr = x + i0 * xs0 + i1 * xs1 + i2 * xs2;                                                  \
+            T *orow = out + i0 * os0 + i1 * os1 + i2 * os2;                                                    \
+            const int64_t tb = i0 * ts0 + i1 * ts1 + i2 * ts2;                                                 \
+            const f32 *c = cosp + tb, *s = sinp + tb;                                                          \
+            (void)xr; (void)c; (void)s;                                                                        \
+            BODY;                                                                                              \
+            if (!inplace && D > r) memcpy(orow + r, xr + r, (size_t)(D - r) * sizeof(T));                      \
+            if (++i2 == d2) {                                                                                  \
+                i2 = 0;                                                                                        \
+                if (++i1 == d1) { i1 = 0; ++i0; }                                                              \
+            }                                                                                                  \
+        }                                                                                                      \
     }
 
 // Every case gets its own loop, with the band count and the sign as compile-time constants where common,
@@ -306,4 +314,33 @@ ROPE_PLAN(ropekit_plan_f16, f16, ropekit_rope_f16)
 
 #include "rope_cache_write.h"
 
-int ropekit_abi_version(void) { return 3; }
+// Multi-axis tables from the exact 1-D cache rows (ropekit/axis_tables.py): band j of token t is read at the
+// position of its own axis, out[k][t][j] = rows[k][pos[slots[j]][t]][j] for k = 0 (cos), 1 (sin).
+// rows: [2, L, n] float32 contiguous; pos: [A, N] int64 contiguous; slots: [n] axis per band; out: [2, N, n].
+// Returns -1 (nothing written) if a position is negative, the largest position if one is >= L (nothing
+// written: the caller grows the cache and calls again), else the largest position (< L) after writing.
+int64_t ropekit_axis_gather(const f32 *R rows, int64_t L, int64_t n, const int64_t *R pos, int64_t A, int64_t N,
+                            const int64_t *R slots, f32 *R out) {
+    int64_t hi = -1;
+    for (int64_t i = 0; i < A * N; ++i) {
+        if (pos[i] < 0) return -1;
+        if (pos[i] > hi) hi = pos[i];
+    }
+    if (hi >= L) return hi;
+    for (int k = 0; k < 2; ++k) {  // cos rows, then sin rows
+        const f32 *tab = rows + k * L * n;
+        f32 *o = out + k * N * n;
+        for (int64_t t = 0; t < N; ++t, o += n) {
+            // Row of axis 0, then each further axis blended in where a band reads it (vectorizes: no
+            // per-element index arithmetic; the A rows of a token are read from cache, L1/L2).
+            memcpy(o, tab + pos[t] * n, (size_t)n * sizeof(f32));
+            for (int64_t a = 1; a < A; ++a) {
+                const f32 *R src = tab + pos[a * N + t] * n;
+                for (int64_t j = 0; j < n; ++j) o[j] = slots[j] == a ? src[j] : o[j];
+            }
+        }
+    }
+    return hi;
+}
+
+int ropekit_abi_version(void) { return 4; }

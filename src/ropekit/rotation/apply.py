@@ -221,6 +221,24 @@ def _rotate_pair(
     return q_out, None if k is None else rotate_one(k)
 
 
+def _one_d_tables(
+    positions: torch.Tensor, spec: RopeSpec, fmt: str, need64: bool, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The exact tables :func:`apply_rope` rotates validated 1-D positions with: float32 rows of the spec's
+    shared cache for integer positions, else computed (float64 when q or k is float64). [*P, n] each."""
+    pos = (
+        positions.reshape(-1)
+        if (fmt != "thd" and positions.dim() == 2 and positions.shape[0] == 1)
+        else positions
+    )
+    tables = None
+    if not (torch.compiler.is_compiling() or need64) and pos.dtype in INT_DTYPES:
+        tables = fastpath.shared_tables(pos.to(device), spec)  # exact rows cached by position range
+    if tables is None:
+        tables = _rope_tables(pos, spec, dtype=torch.float64 if need64 else torch.float32, device=device)
+    return tables
+
+
 def apply_rope(
     q: torch.Tensor,
     k: torch.Tensor | None,
@@ -271,17 +289,7 @@ def apply_rope(
             return hit[0](q, k, tables[0], tables[1])
     _validate(q, k, positions, spec, format, inplace, backend)
     need64 = q.dtype == torch.float64 or (k is not None and k.dtype == torch.float64)
-    pos = (
-        positions.reshape(-1)
-        if (format != "thd" and positions.dim() == 2 and positions.shape[0] == 1)
-        else positions
-    )
-    tables = None
-    if not (compiling or need64) and pos.dtype in INT_DTYPES:
-        tables = fastpath.shared_tables(pos.to(q.device), spec)  # exact rows cached by position range
-    if tables is None:
-        tables = _rope_tables(pos, spec, dtype=torch.float64 if need64 else torch.float32, device=q.device)
-    cos, sin = tables
+    cos, sin = _one_d_tables(positions, spec, format, need64, q.device)
     tkey = None if compiling else fastpath.key(q, k, cos, sin, spec, format, inplace, backend)
     out = _rotate_pair(q, k, cos, sin, spec, format, inplace, backend, tkey)
     plan = fastpath.lookup(tkey, spec)

@@ -9,6 +9,7 @@ from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
+import torch
 
 from ropekit.bench import axes
 from ropekit.cli.main import main
@@ -57,3 +58,17 @@ def test_axes_mode_refuses_cuda_device() -> None:
 
     with pytest.raises(ValueError, match="axes run on the CPU only"):
         bench.run(modes=["axes"], device="cuda")
+
+
+def test_cpu_time_variant_reports_every_multi_axis_entry_point() -> None:
+    """``python -m ropekit.bench.axes_cpu`` at tiny sizes: one row per multi-axis entry point and case, each with
+    its ratio to the 1-D row of the same rounds; torch's thread setting is restored."""
+    from ropekit.bench.axes_cpu import run_cpu_time
+
+    threads = torch.get_num_threads()
+    rows = run_cpu_time(rounds=1, sizes=TINY)
+    assert torch.get_num_threads() == threads
+    impls = {(r["case"], r["impl"]) for r in rows}
+    # dtypes x (text: 2 kinds x 2 specs x 2 entry points + vision: 1 spec x 2 entry points)
+    assert len(impls) == len(rows) == 2 * (2 * 2 * 2 + 2)
+    assert all(float(r["ratio_to_1d"]) > 0 and not str(r["impl"]).startswith("1-d") for r in rows)  # type: ignore[arg-type]

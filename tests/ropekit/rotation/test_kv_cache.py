@@ -363,3 +363,47 @@ def test_autograd_inputs_refused() -> None:
     with torch.no_grad():
         rope_cache_write(k, k.detach(), ck, cv, 0, RopeSpec(8, base=BASE))
     assert torch.equal(ck[0, 0, 0], k.detach()[0, 0, 0])
+
+
+@pytest.mark.parametrize("dt", [torch.float32, torch.bfloat16])
+def test_contiguous_head_major_chunks_match_the_torch_path(
+    dt: torch.dtype, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HF's layout (k, v, q and the caches all bhsd) takes the kernel's heads-outer order; work large enough to be
+    split into chunks that start inside a sequence and cross into the next one, on 2 threads. Every written row,
+    v copy and rotated q equals the pure-PyTorch path bit for bit, and the rows not written are untouched."""
+    if cpu_build.load() is None:
+        pytest.skip("no C compiler")
+    g = torch.Generator().manual_seed(3)
+    B, S, Hk, Hq, D, S_max = 2, 300, 4, 8, 128, 700
+    spec = RopeSpec(D, base=BASE, rotary_dim=96)  # partial rotary: pass-through channels copied
+    k, v, q = (torch.randn(B, h, S, D, generator=g).to(dt) for h in (Hk, Hk, Hq))
+    ck0, cv0 = (torch.randn(B, Hk, S_max, D, generator=g).to(dt) for _ in range(2))
+    off = torch.tensor([5, S_max - S])
+    outs = []
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        for use_kernel in (True, False):
+            if not use_kernel:
+                monkeypatch.setattr(cpu_build, "load", lambda: None)
+            ck, cv, qq = ck0.clone(), cv0.clone(), q.clone()
+            rope_cache_write(k, v, ck, cv, off, spec, q=qq, format="bhsd", cache_format="bhsd")
+            outs.append((ck, cv, qq))
+    finally:
+        torch.set_num_threads(threads)
+    for got, want in zip(outs[0], outs[1], strict=True):
+        assert torch.equal(got, want)
+    assert torch.equal(outs[0][0][0, :, :5], ck0[0, :, :5]) and torch.equal(
+        outs[0][0][1, :, : S_max - S], ck0[1, :, : S_max - S]
+    )
+
+
+def test_contiguous_empty_write_leaves_the_caches_untouched() -> None:
+    """Zero tokens in HF's all-bhsd layout: nothing is written and nothing fails."""
+    spec = RopeSpec(16, base=BASE)
+    k, v, q = torch.randn(2, 2, 0, 16), torch.randn(2, 2, 0, 16), torch.randn(2, 4, 0, 16)
+    ck, cv = torch.randn(2, 2, 8, 16), torch.randn(2, 2, 8, 16)
+    ck0, cv0 = ck.clone(), cv.clone()
+    rope_cache_write(k, v, ck, cv, torch.tensor([3, 8]), spec, q=q, format="bhsd", cache_format="bhsd")
+    assert torch.equal(ck, ck0) and torch.equal(cv, cv0)
