@@ -108,7 +108,9 @@ def _pytest(
         status = status or f"nothing ran: {tail}"
     meta = {"status": status}
     if patched and log.exists():
-        meta["models"] = json.loads(log.read_text())
+        models = json.loads(log.read_text())
+        meta["refusals"] = models.pop("_refusals", {})  # full message -> ids of the tests it refused in
+        meta["models"] = models
         log.unlink()
     return res, why, meta
 
@@ -128,6 +130,7 @@ def run_family(tests: Path, fam: str, timeout: float, k: str | None) -> dict[str
         "unpatched_status": meta_b["status"],
         "patched_status": meta_o["status"],
         "models": meta_o.get("models", {}),
+        "refusals": meta_o.get("refusals", {}),
         "broken": {t: f"{ours[t]}: {why.get(t, '')}" for t in broken},
         "not_reached": not_reached(base, ours),
         "passes_only_patched": sorted(
@@ -219,6 +222,8 @@ def per_family(args: argparse.Namespace) -> int:
         )
         for t, why in (r.get("broken") or {}).items():  # type: ignore[union-attr]
             print(f"  BROKEN BY THE PATCH: {t} ({why})")
+        for why, where in (r.get("refusals") or {}).items():  # type: ignore[union-attr]
+            print(f"  refused in {len(where)} tests ({', '.join(where[:3])}...): {why}")
         if r.get("not_reached"):
             print(f"  {len(r['not_reached'])} tests passing unpatched were not reached patched")  # type: ignore[arg-type]
         bad += len(r.get("broken") or {})  # type: ignore[arg-type]

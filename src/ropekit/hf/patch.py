@@ -43,6 +43,7 @@ import torch
 from torch import nn
 
 from ropekit.hf.apply import CALLS, wrap_apply
+from ropekit.hf.cast import cast_dtype, warn_cast
 from ropekit.hf.families import FAMILIES, Family, family_for_class
 from ropekit.hf.rotary import (
     ROPEKIT_TABLES,
@@ -105,13 +106,17 @@ def _verify(module: nn.Module, cls: type, fam: Family, specs: dict[str | None, A
     pos = torch.arange(_PROBE_LEN, device=device).view(1, -1)
     modeling = sys.modules[type(module).__module__]
     gen = torch.Generator(device="cpu").manual_seed(0)
-    with torch.no_grad():
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a cast module's warning is given once by patch itself
         for lt in specs:
             try:
                 ref = _flat(_call(ref_mod, x, pos, lt))
             except Exception as e:  # noqa: BLE001 - a module that does not run as called is reported
                 return f"the original module does not run as (x, position_ids{', layer_type' if lt else ''}): {e}"
-            got = _flat(_call(ours, x, pos, lt))
+            try:
+                got = _flat(_call(ours, x, pos, lt))
+            except ValueError as e:
+                return f"the replacement cannot run it: {e}"
             if [(t.shape, t.dtype) for t in ref] != [(t.shape, t.dtype) for t in got]:
                 return (
                     f"tables differ in format: transformers gives {[(tuple(t.shape), t.dtype) for t in ref]}, "
@@ -268,8 +273,19 @@ def patch(model: nn.Module, *, cache_correct: bool = False) -> nn.Module:
             why = cache_correct_refusal(m, specs)
             if why is not None:
                 raise ValueError(f"cache_correct=True refused for {name} ({type(m).__name__}): {why}")
+    for name, m, cls, specs in todo:
+        if cache_correct and any(s.dynamic for s in specs.values()) and any(cast_dtype(m, lt) for lt in specs):
+            raise ValueError(
+                f"cache_correct=True refused for {name} ({type(m).__name__}): its rotary buffers are "
+                f"{next(cast_dtype(m, lt) for lt in specs if cast_dtype(m, lt))} (the model was cast) and the "
+                "cache rebuild needs them in float32; load the model with dtype= instead of casting it"
+            )
     if ignored:
         warnings.warn(f"ropekit.hf.patch left unrecognised rotary modules alone: {ignored}", stacklevel=2)
+    for name, m, _cls, specs in todo:
+        rounded = next((d for d in (cast_dtype(m, lt) for lt in specs) if d is not None), None)
+        if rounded is not None:
+            warn_cast(m, rounded, f"{name or type(model).__name__} ({type(m).__name__})")
     record = _Record(cache_correct)
     for name, m, cls, specs in todo:  # all checks passed: modify
         original = type(m)
