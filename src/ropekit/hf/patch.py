@@ -90,6 +90,34 @@ def _max_err(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.double() - b.double()).abs().max()) if a.numel() else 0.0
 
 
+def _reads_buffers(
+    module: nn.Module, x: torch.Tensor, pos: torch.Tensor, lt: str | None, ref: list[Any]
+) -> bool:
+    """Whether the module's forward rotates with its ``*inv_freq`` buffers (transformers' pattern, so a cast
+    model rotates with rounded frequencies) rather than recomputing them from its config (Phi-MoE): a copy
+    with those buffers (and cached ``long_inv_freq``) halved must give different tables."""
+    probe = copy.deepcopy(module)
+    halved = False
+    for name, buf in probe.named_buffers(recurse=False):
+        if name.endswith("inv_freq") and buf.is_floating_point():
+            buf.mul_(0.5)
+            halved = True
+    for name, value in list(vars(probe).items()):
+        if name.endswith("inv_freq") and isinstance(value, torch.Tensor):
+            setattr(probe, name, value * 0.5)
+    if not halved:
+        return False
+    out = _flat(_call(probe, x, pos, lt))
+    return any(_max_err(a, b) > 0 for a, b in zip(ref, out))
+
+
+def _rounded(module: nn.Module, cls: type, specs: dict[str | None, Any]) -> torch.dtype | None:
+    """The dtype a cast module's frequencies are rounded to, when its forward rotates with them, else None."""
+    if not getattr(cls, "_ropekit_reads_buffers", True):
+        return None
+    return next((d for d in (cast_dtype(module, lt) for lt in specs) if d is not None), None)
+
+
 def _verify(module: nn.Module, cls: type, fam: Family, specs: dict[str | None, Any]) -> str | None:
     """None when the replacement reproduces the module and its apply functions on a probe, else why not."""
     try:
@@ -113,6 +141,8 @@ def _verify(module: nn.Module, cls: type, fam: Family, specs: dict[str | None, A
                 ref = _flat(_call(ref_mod, x, pos, lt))
             except Exception as e:  # noqa: BLE001 - a module that does not run as called is reported
                 return f"the original module does not run as (x, position_ids{', layer_type' if lt else ''}): {e}"
+            if "_ropekit_reads_buffers" not in cls.__dict__:  # once per class: what a cast model rotates with
+                cls._ropekit_reads_buffers = _reads_buffers(module, x, pos, lt, ref)  # type: ignore[attr-defined]
             try:
                 got = _flat(_call(ours, x, pos, lt))
             except ValueError as e:
@@ -273,19 +303,20 @@ def patch(model: nn.Module, *, cache_correct: bool = False) -> nn.Module:
             why = cache_correct_refusal(m, specs)
             if why is not None:
                 raise ValueError(f"cache_correct=True refused for {name} ({type(m).__name__}): {why}")
+    rounded = {name: _rounded(m, cls, specs) for name, m, cls, specs in todo}
     for name, m, cls, specs in todo:
-        if cache_correct and any(s.dynamic for s in specs.values()) and any(cast_dtype(m, lt) for lt in specs):
+        if cache_correct and rounded[name] is not None and any(s.dynamic for s in specs.values()):
             raise ValueError(
                 f"cache_correct=True refused for {name} ({type(m).__name__}): its rotary buffers are "
-                f"{next(cast_dtype(m, lt) for lt in specs if cast_dtype(m, lt))} (the model was cast) and the "
-                "cache rebuild needs them in float32; load the model with dtype= instead of casting it"
+                f"{rounded[name]} (the model was cast) and the cache rebuild needs them in float32; load the "
+                "model with dtype= instead of casting it"
             )
     if ignored:
         warnings.warn(f"ropekit.hf.patch left unrecognised rotary modules alone: {ignored}", stacklevel=2)
-    for name, m, _cls, specs in todo:
-        rounded = next((d for d in (cast_dtype(m, lt) for lt in specs) if d is not None), None)
-        if rounded is not None:
-            warn_cast(m, rounded, f"{name or type(model).__name__} ({type(m).__name__})")
+    for name, m, _cls, _specs in todo:
+        dtype = rounded[name]
+        if dtype is not None:
+            warn_cast(m, dtype, f"{name or type(model).__name__} ({type(m).__name__})")
     record = _Record(cache_correct)
     for name, m, cls, specs in todo:  # all checks passed: modify
         original = type(m)

@@ -132,6 +132,9 @@ class RopekitRotary(nn.Module):
 
     _ropekit_family: Family
     _ropekit_specs: dict[str | None, RopeSpec]
+    #: whether the original forward rotates with its inv_freq buffers (set per class by the patch's probe; False
+    #: for a forward that recomputes them from the config, so a cast model keeps the config's frequencies)
+    _ropekit_reads_buffers: bool = True
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)  # the original constructor: every attribute transformers reads
@@ -163,7 +166,7 @@ class RopekitRotary(nn.Module):
         spec = self._ropekit_specs[layer_type]
         seq_len = self._ropekit_seq_len(spec, position_ids, layer_type)
         state = self.__dict__.get("_ropekit_cache_state")
-        rounded = cast_dtype(self, layer_type)
+        rounded = cast_dtype(self, layer_type) if self._ropekit_reads_buffers else None
         if rounded is not None and state is not None and spec.dynamic:
             raise ValueError(
                 f"{type(self).__name__}: cache_correct=True needs the rotary buffers in float32, this model's "

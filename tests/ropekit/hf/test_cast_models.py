@@ -220,3 +220,25 @@ def test_cache_correct_refuses_a_cast_dynamic_model() -> None:
     with pytest.raises(ValueError, match=r"cache_correct=True refused .*torch\.float16"):
         ropekit.hf.patch(ref, cache_correct=True)
     assert not any(isinstance(m, RopekitRotary) for m in ref.modules())
+
+
+def test_a_forward_that_recomputes_its_frequencies_keeps_them_when_cast() -> None:
+    """Phi-MoE's forward recomputes inv_freq from its config at every call, so a cast Phi-MoE still rotates with
+    float32 frequencies: the probe sees that its buffers are not read, and the patch keeps the config's."""
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = transformers.AutoModelForCausalLM.from_config(
+            tiny_config("phimoe"), attn_implementation="eager"
+        )
+    ref.eval()
+    ref.model.rotary_emb.to(torch.bfloat16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no cast warning: nothing is rounded in this model's rotation
+        ours = ropekit.hf.patch(copy.deepcopy(ref))
+    assert type(ours.model.rotary_emb)._ropekit_reads_buffers is False
+    assert type(_patched(_llama(ROPE_PARAMETERS["default"], 1.0)).model.rotary_emb)._ropekit_reads_buffers
+    ids = torch.randint(3, VOCAB, (2, 48), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        a, b = ref(input_ids=ids).logits, ours(input_ids=ids).logits
+    assert float((a - b).abs().max()) <= 1e-5 * float(a.abs().max())
