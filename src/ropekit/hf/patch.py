@@ -118,6 +118,22 @@ def _rounded(module: nn.Module, cls: type, specs: dict[str | None, Any]) -> torc
     return next((d for d in (cast_dtype(module, lt) for lt in specs) if d is not None), None)
 
 
+def _buffer_hint(module: nn.Module, spec: Any, lt: str | None) -> str:
+    """Why a module's tables may differ: its inv_freq buffer is not its config's frequencies (e.g. a model cast to
+    float16 and back: rounded values in a float32 buffer)."""
+    buf = module._buffers.get("inv_freq" if lt is None else f"{lt}_inv_freq")
+    if buf is None or spec.dynamic or buf.numel() != spec.n_bands:
+        return ""
+    want = spec.frequencies()
+    rel = float(((buf.detach().cpu().double() - want).abs() / want.clamp_min(1e-300)).max())
+    if rel <= 1e-6:
+        return ""
+    return (
+        f"; its {'inv_freq' if lt is None else f'{lt}_inv_freq'} buffer ({buf.dtype}) differs from its config's "
+        f"frequencies by up to {rel:.1e} relative (cast to a lower precision and back? rebuild or reload the model)"
+    )
+
+
 def _verify(module: nn.Module, cls: type, fam: Family, specs: dict[str | None, Any]) -> str | None:
     """None when the replacement reproduces the module and its apply functions on a probe, else why not."""
     try:
@@ -136,7 +152,7 @@ def _verify(module: nn.Module, cls: type, fam: Family, specs: dict[str | None, A
     gen = torch.Generator(device="cpu").manual_seed(0)
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a cast module's warning is given once by patch itself
-        for lt in specs:
+        for lt, spec in specs.items():
             try:
                 ref = _flat(_call(ref_mod, x, pos, lt))
             except Exception as e:  # noqa: BLE001 - a module that does not run as called is reported
@@ -154,7 +170,8 @@ def _verify(module: nn.Module, cls: type, fam: Family, specs: dict[str | None, A
                 )
             err = max(_max_err(a, b) for a, b in zip(ref, got))
             if err > 1e-5:
-                return f"tables differ from transformers' by {err:.2e} (layer_type={lt!r})"
+                hint = _buffer_hint(module, spec, lt)
+                return f"tables differ from transformers' by {err:.2e} (layer_type={lt!r}){hint}"
             info = getattr(got[0], ROPEKIT_TABLES)
             n = info.cos.shape[-1]
             found = False

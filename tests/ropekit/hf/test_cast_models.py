@@ -242,3 +242,14 @@ def test_a_forward_that_recomputes_its_frequencies_keeps_them_when_cast() -> Non
     with torch.no_grad():
         a, b = ref(input_ids=ids).logits, ours(input_ids=ids).logits
     assert float((a - b).abs().max()) <= 1e-5 * float(a.abs().max())
+
+
+def test_a_model_cast_down_and_back_is_refused_naming_its_rounded_buffer() -> None:
+    """float16 and back to float32: rounded values in a float32 buffer (transformers rotates with them). ropekit
+    cannot tell them from the config's by dtype; the probe refuses, and the message says why."""
+    model = _llama(ROPE_PARAMETERS["default"], 1.0).half().float()
+    with pytest.raises(
+        ValueError, match=r"inv_freq buffer \(torch\.float32\) differs from its config's frequencies"
+    ):
+        ropekit.hf.patch(model)
+    assert not any(isinstance(m, RopekitRotary) for m in model.modules())
