@@ -253,3 +253,27 @@ def test_a_model_cast_down_and_back_is_refused_naming_its_rounded_buffer() -> No
     ):
         ropekit.hf.patch(model)
     assert not any(isinstance(m, RopekitRotary) for m in model.modules())
+
+
+def _exact_families() -> list[str]:
+    from test_families import EXPECTED
+
+    return sorted(mt for mt, (status, _) in EXPECTED.items() if status == "exact")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_type", _exact_families())
+def test_every_exact_family_with_its_rotary_cast_to_bfloat16(model_type: str) -> None:
+    """The sweep: every family test_families.py patches exactly, its rotary modules cast to bfloat16 (the rest
+    float32): patched, and logits within 1e-4 relative of transformers' (left-padded batch of 2)."""
+    from test_families import _build, _inputs, _rel
+
+    ref = _build(model_type)
+    for m in _rotaries(ref):
+        m.to(torch.bfloat16)
+    ours = _patched(ref)
+    ids, mask = _inputs()
+    with torch.no_grad():
+        a = ref(input_ids=ids, attention_mask=mask).logits
+        b = ours(input_ids=ids, attention_mask=mask).logits
+    assert _rel(a, b, mask) < 1e-4
