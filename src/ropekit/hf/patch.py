@@ -43,7 +43,7 @@ import torch
 from torch import nn
 
 from ropekit.hf.apply import CALLS, wrap_apply
-from ropekit.hf.cast import cast_dtype, warn_cast
+from ropekit.hf.cast import buffer_spec, cast_dtype, warn_cast
 from ropekit.hf.families import FAMILIES, Family, family_for_class
 from ropekit.hf.rotary import (
     ROPEKIT_TABLES,
@@ -330,10 +330,12 @@ def patch(model: nn.Module, *, cache_correct: bool = False) -> nn.Module:
             )
     if ignored:
         warnings.warn(f"ropekit.hf.patch left unrecognised rotary modules alone: {ignored}", stacklevel=2)
-    for name, m, _cls, _specs in todo:
+    for name, m, _cls, specs in todo:
         dtype = rounded[name]
         if dtype is not None:
             warn_cast(m, dtype, f"{name or type(model).__name__} ({type(m).__name__})")
+            for lt, spec in specs.items():  # read now: a compiled forward cannot read the buffer's values
+                buffer_spec(m, spec, lt)
     record = _Record(cache_correct)
     for name, m, cls, specs in todo:  # all checks passed: modify
         original = type(m)
