@@ -21,6 +21,10 @@ module too and *replaced* by ropekit modules (the originals are kept and put bac
 rotary's apply function is wrapped like a 1-D family's. So one call patches a LLaVA (Mistral text + Pixtral
 vision), a Llama 4 (text + vision) or a Qwen2-VL (M-RoPE text + vision).
 
+A model cast to float16 / bfloat16 rotates, in transformers, with its rounded ``inv_freq`` buffer; its replacement
+takes those frequencies (:mod:`ropekit.hf.cast`), with a warning, where the probe shows the original forward reads
+them.
+
 Configs are accepted as transformers accepts them: what ropekit's strict parser refuses but transformers runs
 with is accepted with a warning (strict validation is ``RopeSpec.from_hf``'s, for users who ask for it).
 
