@@ -21,7 +21,9 @@ Shapes: inv_freq [n], n = rotary_dim // 2.
 
 from __future__ import annotations
 
+import copy
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +33,15 @@ from torch import nn
 from ropekit.scaling.base import Scaling, check_number
 from ropekit.spec import RopeSpec
 
-__all__ = ["ROUNDED_DTYPES", "BufferFrequencies", "buffer_spec", "cast_dtype", "warn_cast"]
+__all__ = [
+    "ROUNDED_DTYPES",
+    "BufferFrequencies",
+    "buffer_hint",
+    "buffer_spec",
+    "cast_dtype",
+    "reads_buffers",
+    "warn_cast",
+]
 
 #: buffer dtypes that mean the module was cast below float32 (its frequencies are rounded)
 ROUNDED_DTYPES = (torch.float16, torch.bfloat16)
@@ -126,6 +136,42 @@ def buffer_spec(module: nn.Module, spec: RopeSpec, layer_type: str | None = None
     )
     memo[layer_type] = (key, out)
     return out
+
+
+def reads_buffers(
+    module: nn.Module, run: Callable[[nn.Module], list[torch.Tensor]], ref: list[torch.Tensor]
+) -> bool:
+    """Whether the module's forward rotates with its ``*inv_freq`` buffers (transformers' pattern, so a cast
+    model rotates with rounded frequencies) rather than recomputing them from its config (Phi-MoE): ``run`` on a
+    copy with those buffers (and a cached ``long_inv_freq``) halved must give tables other than ``ref``."""
+    probe = copy.deepcopy(module)
+    halved = False
+    for name, buf in probe.named_buffers(recurse=False):
+        if name.endswith("inv_freq") and buf.is_floating_point():
+            buf.mul_(0.5)
+            halved = True
+    for name, value in list(vars(probe).items()):
+        if name.endswith("inv_freq") and isinstance(value, torch.Tensor):
+            setattr(probe, name, value * 0.5)
+    if not halved:
+        return False
+    return any(not torch.equal(a, b) for a, b in zip(ref, run(probe)))
+
+
+def buffer_hint(module: nn.Module, spec: RopeSpec, lt: str | None) -> str:
+    """Why a module's tables may differ: its inv_freq buffer is not its config's frequencies (e.g. a model cast to
+    float16 and back: rounded values in a float32 buffer)."""
+    buf = module._buffers.get("inv_freq" if lt is None else f"{lt}_inv_freq")
+    if buf is None or spec.dynamic or buf.numel() != spec.n_bands:
+        return ""
+    want = spec.frequencies()
+    rel = float(((buf.detach().cpu().double() - want).abs() / want.clamp_min(1e-300)).max())
+    if rel <= 1e-6:
+        return ""
+    return (
+        f"; its {'inv_freq' if lt is None else f'{lt}_inv_freq'} buffer ({buf.dtype}) differs from its config's "
+        f"frequencies by up to {rel:.1e} relative (cast to a lower precision and back? rebuild or reload the model)"
+    )
 
 
 def warn_cast(module: nn.Module, dtype: torch.dtype, where: str, stacklevel: int = 3) -> None:

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import sys
 import warnings
 import weakref
@@ -47,7 +48,7 @@ import torch
 from torch import nn
 
 from ropekit.hf.apply import CALLS, wrap_apply
-from ropekit.hf.cast import buffer_spec, cast_dtype, warn_cast
+from ropekit.hf.cast import buffer_hint, buffer_spec, cast_dtype, reads_buffers, warn_cast
 from ropekit.hf.families import FAMILIES, Family, family_for_class
 from ropekit.hf.rotary import (
     ROPEKIT_TABLES,
@@ -88,31 +89,14 @@ def _flat(out: Any) -> list[torch.Tensor]:
     return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
+def _run_probe(x: torch.Tensor, pos: torch.Tensor, lt: str | None, mod: nn.Module) -> list[torch.Tensor]:
+    return _flat(_call(mod, x, pos, lt))
+
+
 def _max_err(a: torch.Tensor, b: torch.Tensor) -> float:
     if a.is_complex():
         a, b = torch.view_as_real(a), torch.view_as_real(b)
     return float((a.double() - b.double()).abs().max()) if a.numel() else 0.0
-
-
-def _reads_buffers(
-    module: nn.Module, x: torch.Tensor, pos: torch.Tensor, lt: str | None, ref: list[Any]
-) -> bool:
-    """Whether the module's forward rotates with its ``*inv_freq`` buffers (transformers' pattern, so a cast
-    model rotates with rounded frequencies) rather than recomputing them from its config (Phi-MoE): a copy
-    with those buffers (and cached ``long_inv_freq``) halved must give different tables."""
-    probe = copy.deepcopy(module)
-    halved = False
-    for name, buf in probe.named_buffers(recurse=False):
-        if name.endswith("inv_freq") and buf.is_floating_point():
-            buf.mul_(0.5)
-            halved = True
-    for name, value in list(vars(probe).items()):
-        if name.endswith("inv_freq") and isinstance(value, torch.Tensor):
-            setattr(probe, name, value * 0.5)
-    if not halved:
-        return False
-    out = _flat(_call(probe, x, pos, lt))
-    return any(_max_err(a, b) > 0 for a, b in zip(ref, out))
 
 
 def _rounded(module: nn.Module, cls: type, specs: dict[str | None, Any]) -> torch.dtype | None:
@@ -120,22 +104,6 @@ def _rounded(module: nn.Module, cls: type, specs: dict[str | None, Any]) -> torc
     if not getattr(cls, "_ropekit_reads_buffers", True):
         return None
     return next((d for d in (cast_dtype(module, lt) for lt in specs) if d is not None), None)
-
-
-def _buffer_hint(module: nn.Module, spec: Any, lt: str | None) -> str:
-    """Why a module's tables may differ: its inv_freq buffer is not its config's frequencies (e.g. a model cast to
-    float16 and back: rounded values in a float32 buffer)."""
-    buf = module._buffers.get("inv_freq" if lt is None else f"{lt}_inv_freq")
-    if buf is None or spec.dynamic or buf.numel() != spec.n_bands:
-        return ""
-    want = spec.frequencies()
-    rel = float(((buf.detach().cpu().double() - want).abs() / want.clamp_min(1e-300)).max())
-    if rel <= 1e-6:
-        return ""
-    return (
-        f"; its {'inv_freq' if lt is None else f'{lt}_inv_freq'} buffer ({buf.dtype}) differs from its config's "
-        f"frequencies by up to {rel:.1e} relative (cast to a lower precision and back? rebuild or reload the model)"
-    )
 
 
 def _verify(module: nn.Module, cls: type, fam: Family, specs: dict[str | None, Any]) -> str | None:
@@ -162,7 +130,9 @@ def _verify(module: nn.Module, cls: type, fam: Family, specs: dict[str | None, A
             except Exception as e:  # noqa: BLE001 - a module that does not run as called is reported
                 return f"the original module does not run as (x, position_ids{', layer_type' if lt else ''}): {e}"
             if "_ropekit_reads_buffers" not in cls.__dict__:  # once per class: what a cast model rotates with
-                cls._ropekit_reads_buffers = _reads_buffers(module, x, pos, lt, ref)  # type: ignore[attr-defined]
+                cls._ropekit_reads_buffers = reads_buffers(  # type: ignore[attr-defined]
+                    module, functools.partial(_run_probe, x, pos, lt), ref
+                )
             try:
                 got = _flat(_call(ours, x, pos, lt))
             except ValueError as e:
@@ -174,7 +144,7 @@ def _verify(module: nn.Module, cls: type, fam: Family, specs: dict[str | None, A
                 )
             err = max(_max_err(a, b) for a, b in zip(ref, got))
             if err > 1e-5:
-                hint = _buffer_hint(module, spec, lt)
+                hint = buffer_hint(module, spec, lt)
                 return f"tables differ from transformers' by {err:.2e} (layer_type={lt!r}){hint}"
             info = getattr(got[0], ROPEKIT_TABLES)
             n = info.cos.shape[-1]
