@@ -8,6 +8,7 @@ transformers' own test files) is ``make test-hf-suite``, not this suite.
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 import unittest
 import warnings
@@ -133,3 +134,56 @@ def test_matrix_is_written_between_the_markers_only(tmp_path: Path) -> None:
     bare.write_text("no markers\n")
     with pytest.raises(SystemExit, match="markers"):
         run.write_docs(bare, table)
+
+
+def test_refusals_are_recorded_with_the_tests_they_came_from(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from transformers.modeling_utils import PreTrainedModel
+
+    import ropekit.hf
+
+    def refuse(model: torch.nn.Module) -> None:
+        raise ValueError(
+            "ropekit.hf.patch refuses this model (nothing was modified):\n  rotary_emb: some reason"
+        )
+
+    monkeypatch.setattr(ropekit.hf, "patch", refuse)
+    original = PreTrainedModel.post_init
+    plugin.OUTCOMES.clear()
+    plugin.REFUSALS.clear()
+    try:
+        plugin.patch_every_model()
+        for test in ("t.py::A::test_x", "t.py::A::test_x", "t.py::A::test_y"):
+            plugin.pytest_runtest_setup(type("Item", (), {"nodeid": test})())
+            _llama()
+    finally:
+        PreTrainedModel.post_init = original  # type: ignore[method-assign]
+    (why,) = plugin.REFUSALS
+    assert "some reason" in why and plugin.REFUSALS[why] == ["t.py::A::test_x", "t.py::A::test_y"]
+    refused = sum(v for k, v in plugin.OUTCOMES.items() if k.startswith("refused"))
+    assert refused == 6  # three builds, each a causal LM and its inner model
+    log = tmp_path / "log.json"
+    monkeypatch.setenv("ROPEKIT_PATCH_LOG", str(log))
+    monkeypatch.setenv("ROPEKIT_PATCH", "1")
+    plugin.pytest_unconfigure(None)
+    assert json.loads(log.read_text())["_refusals"] == {why: ["t.py::A::test_x", "t.py::A::test_y"]}
+
+
+def test_rows_of_families_not_rerun_are_kept_marked_as_earlier(tmp_path: Path) -> None:
+    head = "| family | unpatched pass / fail / skip | patched pass / fail / skip | broken by the patch | models |\n"
+    head += "|---|---|---|---|---|\n"
+    old = f"src a\n\n{head}| llama | 1 / 0 / 0 | 1 / 0 / 0 | 0 | old |\n| phi | 2 / 0 / 0 | 2 / 0 / 0 | 0 | old |\n"
+    new = f"src b\n\n{head}| phi | 3 / 0 / 0 | 3 / 0 / 0 | 0 | new |\n| gemma | 4 / 0 / 0 | 4 / 0 / 0 | 0 | new |\n"
+    merged = run.merge_rows(old, new)
+    rows = [ln for ln in merged.splitlines() if ln.startswith("| ") and "family" not in ln]
+    assert rows == [
+        "| gemma | 4 / 0 / 0 | 4 / 0 / 0 | 0 | new |",
+        f"| llama {run.EARLIER} | 1 / 0 / 0 | 1 / 0 / 0 | 0 | old |",
+        "| phi | 3 / 0 / 0 | 3 / 0 / 0 | 0 | new |",
+    ]
+    assert merged.startswith("src b\n") and merged.rstrip().endswith(
+        "not stored in .cache/hf_suite/results/."
+    )
+    assert run.merge_rows(merged, new) == merged  # a second write changes nothing
+    assert run.merge_rows(new, new) == new  # nothing earlier: no note

@@ -22,6 +22,9 @@ import warnings
 from typing import Any
 
 OUTCOMES: collections.Counter[str] = collections.Counter()
+#: full refusal message -> ids of the tests whose models it refused (written beside the counts)
+REFUSALS: dict[str, list[str]] = collections.defaultdict(list)
+CURRENT = {"test": "(collection)"}
 #: helper modules of transformers' tests/ that a stand-in may replace when absent
 STAND_INS = ("tests.distributed_testing_utils",)
 
@@ -74,6 +77,10 @@ def patch_every_model() -> None:
             msg = str(e)
             key = "no rotary of its own" if "found no rotary module" in msg else f"refused: {msg[:160]}"
             OUTCOMES[key] += 1
+            if key.startswith("refused"):
+                where = REFUSALS[msg]
+                if CURRENT["test"] not in where:
+                    where.append(CURRENT["test"])
 
     def post_init(self: PreTrainedModel) -> None:
         original(self)
@@ -98,8 +105,12 @@ def pytest_configure(config: object) -> None:
         patch_every_model()
 
 
+def pytest_runtest_setup(item: Any) -> None:
+    CURRENT["test"] = str(item.nodeid)
+
+
 def pytest_unconfigure(config: object) -> None:
     path = os.environ.get("ROPEKIT_PATCH_LOG")
     if path and os.environ.get("ROPEKIT_PATCH") == "1":
         with open(path, "w") as f:
-            json.dump(dict(OUTCOMES), f, indent=1)
+            json.dump({**OUTCOMES, "_refusals": dict(REFUSALS)}, f, indent=1)

@@ -108,7 +108,9 @@ def _pytest(
         status = status or f"nothing ran: {tail}"
     meta = {"status": status}
     if patched and log.exists():
-        meta["models"] = json.loads(log.read_text())
+        models = json.loads(log.read_text())
+        meta["refusals"] = models.pop("_refusals", {})  # full message -> ids of the tests it refused in
+        meta["models"] = models
         log.unlink()
     return res, why, meta
 
@@ -128,6 +130,7 @@ def run_family(tests: Path, fam: str, timeout: float, k: str | None) -> dict[str
         "unpatched_status": meta_b["status"],
         "patched_status": meta_o["status"],
         "models": meta_o.get("models", {}),
+        "refusals": meta_o.get("refusals", {}),
         "broken": {t: f"{ours[t]}: {why.get(t, '')}" for t in broken},
         "not_reached": not_reached(base, ours),
         "passes_only_patched": sorted(
@@ -193,12 +196,51 @@ def _source(tests: Path) -> str:
     return f"transformers checkout at {git.stdout.strip()}" if git.returncode == 0 else str(tests)
 
 
+EARLIER = "†"
+_EARLIER_NOTE = (
+    f"{EARLIER} from an earlier run whose per-test results are not stored in .cache/hf_suite/results/."
+)
+
+
+def _rows(table: str) -> dict[str, str]:
+    """family -> its row, for the family rows of a matrix (header and separator skipped)."""
+    out = {}
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| ") and cells[0] not in ("family", "") and not cells[0].startswith("---"):
+            out[cells[0].rstrip(EARLIER).strip()] = line
+    return out
+
+
+def merge_rows(old: str, new: str) -> str:
+    """``new`` with the rows of ``old`` whose family it lacks kept (marked as earlier), all sorted by family."""
+    fresh, before = _rows(new), _rows(old)
+    kept = {}
+    for fam, line in before.items():
+        if fam not in fresh:
+            kept[fam] = (
+                line
+                if EARLIER in line.split("|")[1]
+                else line.replace(f"| {fam} |", f"| {fam} {EARLIER} |", 1)
+            )
+    if not kept:
+        return new
+    rows = {**fresh, **kept}
+    lines = [ln for ln in new.splitlines() if ln not in fresh.values()]
+    at = next(i for i, ln in enumerate(lines) if ln.startswith("|---")) + 1
+    lines[at:at] = [rows[f] for f in sorted(rows)]
+    return "\n".join(lines) + f"\n\n{_EARLIER_NOTE}"
+
+
 def write_docs(path: Path, table: str) -> None:
+    """Put ``table`` between the markers of ``path``; rows of families it lacks are kept from the old table."""
     text = path.read_text()
     if BEGIN not in text or END not in text:
         raise SystemExit(f"{path} has no {BEGIN} ... {END} markers to write the matrix between")
     head, rest = text.split(BEGIN, 1)
-    path.write_text(head + BEGIN + "\n" + table + "\n" + END + rest.split(END, 1)[1])
+    old, tail = rest.split(END, 1)
+    table = merge_rows(old, table)
+    path.write_text(head + BEGIN + "\n" + table + "\n" + END + tail)
 
 
 def per_family(args: argparse.Namespace) -> int:
@@ -219,6 +261,8 @@ def per_family(args: argparse.Namespace) -> int:
         )
         for t, why in (r.get("broken") or {}).items():  # type: ignore[union-attr]
             print(f"  BROKEN BY THE PATCH: {t} ({why})")
+        for why, where in (r.get("refusals") or {}).items():  # type: ignore[union-attr]
+            print(f"  refused in {len(where)} tests ({', '.join(where[:3])}...): {why}")
         if r.get("not_reached"):
             print(f"  {len(r['not_reached'])} tests passing unpatched were not reached patched")  # type: ignore[arg-type]
         bad += len(r.get("broken") or {})  # type: ignore[arg-type]

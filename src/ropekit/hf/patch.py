@@ -22,6 +22,10 @@ rotary's apply function is wrapped like a 1-D family's, and so is each vision to
 (:mod:`ropekit.hf.vision_apply`). So one call patches a LLaVA (Mistral text + Pixtral
 vision), a Llama 4 (text + vision) or a Qwen2-VL (M-RoPE text + vision).
 
+A model cast to float16 / bfloat16 rotates, in transformers, with its rounded ``inv_freq`` buffer; its replacement
+takes those frequencies (:mod:`ropekit.hf.cast`), with a warning, where the probe shows the original forward reads
+them.
+
 Configs are accepted as transformers accepts them: what ropekit's strict parser refuses but transformers runs
 with is accepted with a warning (strict validation is ``RopeSpec.from_hf``'s, for users who ask for it).
 
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import sys
 import warnings
 import weakref
@@ -44,6 +49,7 @@ import torch
 from torch import nn
 
 from ropekit.hf.apply import CALLS, wrap_apply
+from ropekit.hf.cast import buffer_hint, buffer_spec, cast_dtype, reads_buffers, warn_cast
 from ropekit.hf.families import FAMILIES, Family, family_for_class
 from ropekit.hf.rotary import (
     ROPEKIT_TABLES,
@@ -85,10 +91,21 @@ def _flat(out: Any) -> list[torch.Tensor]:
     return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
+def _run_probe(x: torch.Tensor, pos: torch.Tensor, lt: str | None, mod: nn.Module) -> list[torch.Tensor]:
+    return _flat(_call(mod, x, pos, lt))
+
+
 def _max_err(a: torch.Tensor, b: torch.Tensor) -> float:
     if a.is_complex():
         a, b = torch.view_as_real(a), torch.view_as_real(b)
     return float((a.double() - b.double()).abs().max()) if a.numel() else 0.0
+
+
+def _rounded(module: nn.Module, cls: type, specs: dict[str | None, Any]) -> torch.dtype | None:
+    """The dtype a cast module's frequencies are rounded to, when its forward rotates with them, else None."""
+    if not getattr(cls, "_ropekit_reads_buffers", True):
+        return None
+    return next((d for d in (cast_dtype(module, lt) for lt in specs) if d is not None), None)
 
 
 def _verify(module: nn.Module, cls: type, fam: Family, specs: dict[str | None, Any]) -> str | None:
@@ -107,13 +124,21 @@ def _verify(module: nn.Module, cls: type, fam: Family, specs: dict[str | None, A
     pos = torch.arange(_PROBE_LEN, device=device).view(1, -1)
     modeling = sys.modules[type(module).__module__]
     gen = torch.Generator(device="cpu").manual_seed(0)
-    with torch.no_grad():
-        for lt in specs:
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a cast module's warning is given once by patch itself
+        for lt, spec in specs.items():
             try:
                 ref = _flat(_call(ref_mod, x, pos, lt))
             except Exception as e:  # noqa: BLE001 - a module that does not run as called is reported
                 return f"the original module does not run as (x, position_ids{', layer_type' if lt else ''}): {e}"
-            got = _flat(_call(ours, x, pos, lt))
+            if "_ropekit_reads_buffers" not in cls.__dict__:  # once per class: what a cast model rotates with
+                cls._ropekit_reads_buffers = reads_buffers(  # type: ignore[attr-defined]
+                    module, functools.partial(_run_probe, x, pos, lt), ref
+                )
+            try:
+                got = _flat(_call(ours, x, pos, lt))
+            except ValueError as e:
+                return f"the replacement cannot run it: {e}"
             if [(t.shape, t.dtype) for t in ref] != [(t.shape, t.dtype) for t in got]:
                 return (
                     f"tables differ in format: transformers gives {[(tuple(t.shape), t.dtype) for t in ref]}, "
@@ -121,7 +146,8 @@ def _verify(module: nn.Module, cls: type, fam: Family, specs: dict[str | None, A
                 )
             err = max(_max_err(a, b) for a, b in zip(ref, got))
             if err > 1e-5:
-                return f"tables differ from transformers' by {err:.2e} (layer_type={lt!r})"
+                hint = buffer_hint(module, spec, lt)
+                return f"tables differ from transformers' by {err:.2e} (layer_type={lt!r}){hint}"
             info = getattr(got[0], ROPEKIT_TABLES)
             n = info.cos.shape[-1]
             found = False
@@ -293,8 +319,22 @@ def patch(model: nn.Module, *, cache_correct: bool = False) -> nn.Module:
             why = cache_correct_refusal(m, specs)
             if why is not None:
                 raise ValueError(f"cache_correct=True refused for {name} ({type(m).__name__}): {why}")
+    rounded = {name: _rounded(m, cls, specs) for name, m, cls, specs in todo}
+    for name, m, cls, specs in todo:
+        if cache_correct and rounded[name] is not None and any(s.dynamic for s in specs.values()):
+            raise ValueError(
+                f"cache_correct=True refused for {name} ({type(m).__name__}): its rotary buffers are "
+                f"{rounded[name]} (the model was cast) and the cache rebuild needs them in float32; load the "
+                "model with dtype= instead of casting it"
+            )
     if ignored:
         warnings.warn(f"ropekit.hf.patch left unrecognised rotary modules alone: {ignored}", stacklevel=2)
+    for name, m, _cls, specs in todo:
+        dtype = rounded[name]
+        if dtype is not None:
+            warn_cast(m, dtype, f"{name or type(model).__name__} ({type(m).__name__})")
+            for lt, spec in specs.items():  # read now: a compiled forward cannot read the buffer's values
+                buffer_spec(m, spec, lt)
     record = _Record(cache_correct)
     for name, m, cls, specs in todo:  # all checks passed: modify
         original = type(m)

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ropekit.hf.cast import buffer_spec, cast_dtype, warn_cast
 from ropekit.hf.config import _as_dict, spec_from_hf
 from ropekit.hf.families import Family
 from ropekit.phases import INT_DTYPES, rope_tables
@@ -131,6 +132,9 @@ class RopekitRotary(nn.Module):
 
     _ropekit_family: Family
     _ropekit_specs: dict[str | None, RopeSpec]
+    #: whether the original forward rotates with its inv_freq buffers (set per class by the patch's probe; False
+    #: for a forward that recomputes them from the config, so a cast model keeps the config's frequencies)
+    _ropekit_reads_buffers: bool = True
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)  # the original constructor: every attribute transformers reads
@@ -162,10 +166,20 @@ class RopekitRotary(nn.Module):
         spec = self._ropekit_specs[layer_type]
         seq_len = self._ropekit_seq_len(spec, position_ids, layer_type)
         state = self.__dict__.get("_ropekit_cache_state")
+        rounded = cast_dtype(self, layer_type) if self._ropekit_reads_buffers else None
+        if rounded is not None and state is not None and spec.dynamic:
+            raise ValueError(
+                f"{type(self).__name__}: cache_correct=True needs the rotary buffers in float32, this model's "
+                f"are {rounded} (it was cast); load it with dtype= instead of casting"
+            )
         if state is not None:  # patch(model, cache_correct=True)
             from ropekit.hf.cache_correct import track
 
             seq_len = track(state, spec, position_ids, seq_len, self)
+        if rounded is not None:  # a cast model: transformers rotates with the buffer's rounded frequencies
+            if not torch.compiler.is_compiling():
+                warn_cast(self, rounded, type(self).__name__, stacklevel=6)
+            spec, seq_len = buffer_spec(self, spec, layer_type), None
         if (
             seq_len is None
             and self._ropekit_family.tables in ("cat", "interleave")
