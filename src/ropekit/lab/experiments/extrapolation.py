@@ -15,9 +15,9 @@ from ropekit.lab.data import unigram_perplexity
 from ropekit.lab.evaluate import chunk_losses, perplexity
 from ropekit.lab.experiments.common import environment, md_table, prepare, trained_model, write_outputs
 from ropekit.lab.phases import PhaseClock
-from ropekit.lab.verdicts import above, below, greater, ordering
+from ropekit.lab.verdicts import Verdict, above, below, greater, ordering
 
-__all__ = ["ENCODINGS", "run"]
+__all__ = ["ENCODINGS", "claims", "ratios", "run"]
 
 ENCODINGS = ("nope", "sinusoidal", "learned", "alibi", "t5", "rope")
 # ALiBi Table 2 (non-overlapping), ppl at L_valid / L_train = 1, ~2 (1012/512), ~5 (2512/512), ~15 (7512/512).
@@ -129,7 +129,7 @@ def _markdown(res: dict[str, Any], encodings: tuple[str, ...], mults: tuple[int,
     )
     md += "\nPublished (ALiBi Table 2, WikiText-103, 247M parameters, L_train 512; columns at L_valid/L_train = 1, ~2, ~5, ~15):\n\n"
     md += md_table(["encoding", "1x", "~2x", "~5x", "~15x"], [[k, *v] for k, v in PUBLISHED.items()])
-    md += "\n## Claims\n\n" + "\n".join(f"- {c}" for c in _claims(rs, L, encodings)) + "\n"
+    md += "\n## Claims\n\n" + "\n".join(f"- {v.line()}" for v in claims(res)) + "\n"
     return md
 
 
@@ -139,14 +139,16 @@ def ratios(rs: list[dict[str, Any]], enc: str, L: int, m: int, key: str = "ppl")
     return [r[key] / by_seed[r["seed"]][key] for r in rs if r["encoding"] == enc and r["eval_len"] == m * L]
 
 
-def _claims(rs: list[dict[str, Any]], L: int, encodings: tuple[str, ...]) -> list[str]:
-    """The seeds' claims, each judged on ppl(n x)/ppl(1x) per seed (:mod:`ropekit.lab.verdicts`)."""
-    have = set(encodings)
+def claims(res: dict[str, Any]) -> list[Verdict]:
+    """The seeds' claims, each judged on ppl(n x)/ppl(1x) per seed (:mod:`ropekit.lab.verdicts`), from the
+    result JSON alone (the encodings are those in its results)."""
+    rs, L = res["results"], res["train_len"]
+    have = {r["encoding"] for r in rs}
 
     def q(enc: str, m: int) -> tuple[str, list[float]]:
         return enc, ratios(rs, enc, L, m)
 
-    out = []
+    out: list[Verdict] = []
     if "learned" in have:
         out.append(
             above(
@@ -213,4 +215,4 @@ def _claims(rs: list[dict[str, Any]], L: int, encodings: tuple[str, ...]) -> lis
                 [q(e, 4) for e in order],
             )
         )
-    return [v.line() for v in out]
+    return out
