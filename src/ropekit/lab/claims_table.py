@@ -338,8 +338,8 @@ BLOCKS: dict[str, tuple[tuple[str, ...], tuple[tuple[str, str], ...]]] = {
     "corpus2": (
         ("extrapolation",),
         (
-            ("Python stdlib, --quick, 3 seeds", "results/corpus2/stdlib"),
-            ("Python 3.11 docs, --quick, 3 seeds", "results/corpus2"),
+            ("Python stdlib, full runs (committed results)", "results"),
+            ("Python 3.11 docs, --quick (250 steps, bf16), 3 seeds", "results/corpus2"),
         ),
     ),
 }
