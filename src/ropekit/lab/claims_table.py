@@ -28,7 +28,7 @@ from typing import Any
 
 from ropekit.lab.verdicts import Verdict
 
-__all__ = ["BLOCKS", "ROWS", "Row", "judge", "main", "refresh", "table"]
+__all__ = ["BLOCKS", "ROWS", "Block", "Row", "judge", "main", "refresh", "table"]
 
 
 @dataclass(frozen=True)
@@ -329,18 +329,26 @@ ROWS: tuple[Row, ...] = (
     ),
 )
 
-# NAME -> (topics shown, [(column title, results folder relative to the document)])
-BLOCKS: dict[str, tuple[tuple[str, ...], tuple[tuple[str, str], ...]]] = {
-    "full": (
+
+@dataclass(frozen=True)
+class Block:
+    topics: tuple[str, ...]  # the row topics shown
+    sources: tuple[tuple[str, str], ...]  # (column title, results folder relative to the document)
+    only_judged: bool = False  # leave out rows that no source judges (e.g. encodings no run trained)
+
+
+BLOCKS: dict[str, Block] = {
+    "full": Block(
         ("extrapolation", "scaling", "frequencies", "passkey", "counter-examples", "vision"),
         (("lab verdict (committed results)", "results"),),
     ),
-    "corpus2": (
+    "corpus2": Block(
         ("extrapolation",),
         (
             ("Python stdlib, full runs (committed results)", "results"),
             ("Python 3.11 docs, --quick (250 steps, bf16), 3 seeds", "results/corpus2"),
         ),
+        only_judged=True,
     ),
 }
 
@@ -381,9 +389,11 @@ def _cell(verdicts: list[Verdict] | None, row: Row, link: str) -> str:
     return f"**{v.status}**: {v.evidence} ([{row.experiment}]({link}/{row.experiment}.md))"
 
 
-def table(doc_dir: Path, topics: Sequence[str], sources: Sequence[tuple[str, str]]) -> str:
+def table(
+    doc_dir: Path, topics: Sequence[str], sources: Sequence[tuple[str, str]], *, only_judged: bool = False
+) -> str:
     """The Markdown table of the rows in ``topics``, one verdict column per (title, results folder relative to
-    ``doc_dir``)."""
+    ``doc_dir``); ``only_judged`` leaves out the rows no source judges."""
     unknown = sorted(set(topics) - {r.topic for r in ROWS})
     if unknown:
         raise ValueError(f"topics {unknown} are not row topics; known: {sorted({r.topic for r in ROWS})}")
@@ -398,6 +408,8 @@ def table(doc_dir: Path, topics: Sequence[str], sources: Sequence[tuple[str, str
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in (r for r in ROWS if r.topic in topics):
         cells = [_cell(j[row.experiment], row, rel) for j, (_, rel) in zip(judged, sources)]
+        if only_judged and all(not c.startswith("**") for c in cells):
+            continue
         cells = [row.topic, row.claim, row.published, row.quantity, *cells]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines) + "\n"
@@ -414,8 +426,8 @@ def refresh(doc: Path) -> str:
         name = m.group(2)
         if name not in BLOCKS:
             raise ValueError(f"{doc}: claims-table block {name!r} is not one of {sorted(BLOCKS)}")
-        topics, sources = BLOCKS[name]
-        return m.group(1) + table(doc.parent, topics, sources) + m.group(4)
+        b = BLOCKS[name]
+        return m.group(1) + table(doc.parent, b.topics, b.sources, only_judged=b.only_judged) + m.group(4)
 
     return _BLOCK.sub(sub, text)
 

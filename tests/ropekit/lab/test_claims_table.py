@@ -131,7 +131,7 @@ def test_every_row_is_judged_by_its_experiment(results: Path) -> None:
     for row in claims_table.ROWS:
         got = [v for v in judged[row.experiment] or [] if v.claim.startswith(row.claim)]
         assert len(got) == 1, row.claim
-    text = claims_table.table(results.parent, claims_table.BLOCKS["full"][0], [("verdict", results.name)])
+    text = claims_table.table(results.parent, claims_table.BLOCKS["full"].topics, [("verdict", results.name)])
     body = text.splitlines()[2:]
     assert len(body) == len(claims_table.ROWS) and "not judged" not in text and "not run" not in text
     # hand-made numbers: ALiBi flat, learned degrading less than the threshold, p-RoPE ordered as in Barbero's Table 2
@@ -151,6 +151,8 @@ def test_missing_results_and_untrained_encodings_say_so(results: Path) -> None:
     text = claims_table.table(results.parent, ("passkey", "extrapolation"), [("v", results.name)])
     assert text.count(f"not run (no `passkey.json` in `{results.name}`)") == 4
     assert "not judged by this run" in next(line for line in text.splitlines() if "fire degrades" in line)
+    compact = claims_table.table(results.parent, ("extrapolation",), [("v", results.name)], only_judged=True)
+    assert "fire degrades" not in compact and "xpos degrades" in compact
     with pytest.raises(ValueError, match="topics \\['vison'\\]"):
         claims_table.table(results.parent, ("vison",), [("v", results.name)])
 
@@ -158,7 +160,7 @@ def test_missing_results_and_untrained_encodings_say_so(results: Path) -> None:
 def test_refresh_rewrites_only_the_marked_blocks(results: Path, tmp_path: Path) -> None:
     doc = tmp_path / "doc.md"
     doc.write_text("# x\n\n<!-- claims-table full -->\nstale\n<!-- /claims-table -->\n\ntail\n")
-    claims_table.BLOCKS["test"] = (("vision",), (("v", results.name),))
+    claims_table.BLOCKS["test"] = claims_table.Block(("vision",), (("v", results.name),))
     try:
         doc.write_text(doc.read_text().replace("claims-table full", "claims-table test"))
         new = claims_table.refresh(doc)
