@@ -75,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--seeds", type=int, default=1, help="seeds per configuration (default 1)")
     pl.add_argument("--train-len", type=int, default=128, help="training length in bytes (default 128)")
     pl.add_argument(
-        "--steps", type=int, default=None, help="training steps per model (default 800, quick 100)"
+        "--steps", type=int, default=None, help="training steps per model (default 800, quick 250)"
     )
     pl.add_argument(
         "--corpus", default=None, help="a text file or folder instead of the Python standard library"

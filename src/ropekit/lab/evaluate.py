@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from ropekit.lab.model import TinyLM
 
-__all__ = ["per_position_loss", "perplexity"]
+__all__ = ["chunk_losses", "per_position_loss", "perplexity"]
 
 
 def _chunks(data: torch.Tensor, length: int, stride: int, max_tokens: int) -> torch.Tensor:
@@ -37,6 +37,14 @@ def _losses(model: TinyLM, windows: torch.Tensor, batch_tokens: int = 16_384) ->
         logits, _ = model(w[:, :-1])
         out.append(F.cross_entropy(logits.transpose(1, 2), w[:, 1:], reduction="none"))
     return torch.cat(out)  # [n, L]
+
+
+@torch.no_grad()
+def chunk_losses(model: TinyLM, data: torch.Tensor, length: int, *, max_tokens: int = 65_536) -> torch.Tensor:
+    """The loss of every token of the plain (non-overlapping) chunks, [n, length]: ``perplexity`` (plain) is
+    exp of its mean and ``per_position_loss`` its mean over chunks, so one pass can give both."""
+    model.eval()
+    return _losses(model, _chunks(data, length, length, max_tokens))
 
 
 @torch.no_grad()

@@ -19,7 +19,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["MIN_SEEDS", "Verdict", "above", "below", "greater", "ordering", "summary"]
+__all__ = ["MIN_SEEDS", "Verdict", "above", "below", "greater", "ordering", "summary", "untestable"]
 
 MIN_SEEDS = 3
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive"
@@ -134,3 +134,11 @@ def ordering(
     if all(p.status == REPRODUCED for p in pairs):
         return Verdict(claim, REPRODUCED, ev, "every neighbouring pair is apart, in the claimed order")
     return Verdict(claim, INCONCLUSIVE, ev, f"some neighbouring spreads overlap (means ordered {measured})")
+
+
+def untestable(claim: str, evidence: str, reason: str) -> Verdict:
+    """An inconclusive verdict for a claim this run cannot test (e.g. no seed found a positional head, or the
+    quantity is undefined); ``evidence`` still names what was measured."""
+    if not evidence or not reason:
+        raise ValueError(f"untestable needs the evidence and the reason, got {evidence!r} and {reason!r}")
+    return Verdict(claim, INCONCLUSIVE, evidence, reason)

@@ -54,6 +54,11 @@ def test_frequencies(tmp_path: Path, corpus: str) -> None:
     _files_exist(res, "frequencies")
     assert len(res["band_norms"]["q"]) == 4 and len(res["band_norms"]["q"][0]) == 16  # layers x bands
     assert {r["p"] for r in res["p_sweep"]} == {0.25, 0.5, 0.75, 1.0, 0.0}
+    assert [a["seed"] for a in res["per_seed"]] == [0]
+    assert res["per_seed"][0]["band_norms"] == res["band_norms"]
+    md = Path(res["files"]["markdown"]).read_text()
+    # one seed: every claim inconclusive, its numbers still named
+    assert md.count("**inconclusive**") == len(frequencies.claims(res)) == 5
 
 
 def test_passkey(tmp_path: Path, corpus: str) -> None:

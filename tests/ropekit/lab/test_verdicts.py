@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ropekit.lab.verdicts import above, below, greater, ordering, summary
+from ropekit.lab.verdicts import above, below, greater, ordering, summary, untestable
 
 
 def test_threshold_verdicts_rest_on_every_seed() -> None:
@@ -49,3 +49,10 @@ def test_summary_and_empty_values() -> None:
     assert summary([2.0, 4.0, 3.0]) == "3 [2..4] (3 seeds)"
     with pytest.raises(ValueError, match="one number per seed"):
         above("c", "q", [], 1.0)
+
+
+def test_untestable_is_inconclusive_and_keeps_the_evidence() -> None:
+    v = untestable("c", "heads per seed: [1, 0, 2]", "seed 1 found no head")
+    assert v.status == "inconclusive" and "[1, 0, 2]" in v.line() and "seed 1 found no head" in v.line()
+    with pytest.raises(ValueError, match="evidence and the reason"):
+        untestable("c", "", "r")

@@ -5,16 +5,19 @@ perplexity at 1x, 2x, 4x, 8x (plain and sliding-window) and per-position loss at
 
 from __future__ import annotations
 
+import json
+import math
 import statistics
 from pathlib import Path
 from typing import Any
 
 from ropekit.lab.data import unigram_perplexity
-from ropekit.lab.evaluate import per_position_loss, perplexity
+from ropekit.lab.evaluate import chunk_losses, perplexity
 from ropekit.lab.experiments.common import environment, md_table, prepare, trained_model, write_outputs
-from ropekit.lab.verdicts import above, below, greater, ordering
+from ropekit.lab.phases import PhaseClock
+from ropekit.lab.verdicts import Verdict, above, below, greater, ordering
 
-__all__ = ["ENCODINGS", "run"]
+__all__ = ["ENCODINGS", "claims", "ratios", "run"]
 
 ENCODINGS = ("nope", "sinusoidal", "learned", "alibi", "t5", "rope")
 # ALiBi Table 2 (non-overlapping), ppl at L_valid / L_train = 1, ~2 (1012/512), ~5 (2512/512), ~15 (7512/512).
@@ -38,39 +41,45 @@ def run(
     precision: str | None = None,
     encodings: tuple[str, ...] = ENCODINGS,
 ) -> dict[str, Any]:
-    b, data = prepare(quick, steps, tiny, corpus, precision)
+    clock = PhaseClock()
+    with clock.phase("corpus"):
+        b, data = prepare(quick, steps, tiny, corpus, precision)
+        unigram = unigram_perplexity(data.train, data.valid)
     mults = (1, 2, 4, 8)
     results, per_pos = [], {}
     throughput: dict[str, int | str] = {}
     for enc in encodings:
         for seed in range(seeds):
-            model, tr = trained_model(enc, data, train_len=train_len, b=b, seed=seed, out=out)
+            with clock.phase(f"train {enc}"):
+                model, tr = trained_model(enc, data, train_len=train_len, b=b, seed=seed, out=out)
             throughput[enc] = (
                 round(tr.tokens_per_second)
                 if tr.resumed_from < tr.steps
                 else throughput.get(enc, "checkpoint")
             )
-            for m in mults:
-                L = m * train_len
-                results.append(
-                    {
-                        "encoding": enc,
-                        "seed": seed,
-                        "eval_len": L,
-                        "ppl": perplexity(model, data.valid, L, max_tokens=b.eval_tokens),
-                        "ppl_sliding": perplexity(
-                            model, data.valid, L, sliding=True, max_tokens=b.eval_tokens
-                        ),
-                    }
-                )
-            if seed == 0:
-                per_pos[enc] = per_position_loss(model, data.valid, 8 * train_len, max_tokens=b.eval_tokens)
+            with clock.phase("evaluate"):
+                for m in mults:
+                    L = m * train_len
+                    losses = chunk_losses(model, data.valid, L, max_tokens=b.eval_tokens)
+                    if seed == 0 and m == mults[-1]:  # per-position loss at 8x from the same pass
+                        per_pos[enc] = losses.mean(0).tolist()
+                    results.append(
+                        {
+                            "encoding": enc,
+                            "seed": seed,
+                            "eval_len": L,
+                            "ppl": math.exp(float(losses.mean())),
+                            "ppl_sliding": perplexity(
+                                model, data.valid, L, sliding=True, max_tokens=b.eval_tokens
+                            ),
+                        }
+                    )
     result = {
         "experiment": "extrapolation",
         "train_len": train_len,
         "budget": b.__dict__,
         "corpus": data.source,
-        "unigram_ppl": unigram_perplexity(data.train, data.valid),
+        "unigram_ppl": unigram,
         "environment": environment(),
         "tokens_per_second": throughput,
         "results": results,
@@ -83,7 +92,11 @@ def run(
 
         plots.extrapolation(fig, result, quick=quick)
 
-    result["files"] = write_outputs(out, "extrapolation", result, md, plot)
+    with clock.phase("outputs"):
+        files = write_outputs(out, "extrapolation", result, md, plot)
+    result["phases"] = clock.as_dict()  # CPU and wall seconds per phase (ropekit.lab.phases)
+    Path(files["json"]).write_text(json.dumps(result, indent=2) + "\n")
+    result["files"] = files
     return result
 
 
@@ -116,7 +129,7 @@ def _markdown(res: dict[str, Any], encodings: tuple[str, ...], mults: tuple[int,
     )
     md += "\nPublished (ALiBi Table 2, WikiText-103, 247M parameters, L_train 512; columns at L_valid/L_train = 1, ~2, ~5, ~15):\n\n"
     md += md_table(["encoding", "1x", "~2x", "~5x", "~15x"], [[k, *v] for k, v in PUBLISHED.items()])
-    md += "\n## Claims\n\n" + "\n".join(f"- {c}" for c in _claims(rs, L, encodings)) + "\n"
+    md += "\n## Claims\n\n" + "\n".join(f"- {v.line()}" for v in claims(res)) + "\n"
     return md
 
 
@@ -126,14 +139,16 @@ def ratios(rs: list[dict[str, Any]], enc: str, L: int, m: int, key: str = "ppl")
     return [r[key] / by_seed[r["seed"]][key] for r in rs if r["encoding"] == enc and r["eval_len"] == m * L]
 
 
-def _claims(rs: list[dict[str, Any]], L: int, encodings: tuple[str, ...]) -> list[str]:
-    """The seeds' claims, each judged on ppl(n x)/ppl(1x) per seed (:mod:`ropekit.lab.verdicts`)."""
-    have = set(encodings)
+def claims(res: dict[str, Any]) -> list[Verdict]:
+    """The seeds' claims, each judged on ppl(n x)/ppl(1x) per seed (:mod:`ropekit.lab.verdicts`), from the
+    result JSON alone (the encodings are those in its results)."""
+    rs, L = res["results"], res["train_len"]
+    have = {r["encoding"] for r in rs}
 
     def q(enc: str, m: int) -> tuple[str, list[float]]:
         return enc, ratios(rs, enc, L, m)
 
-    out = []
+    out: list[Verdict] = []
     if "learned" in have:
         out.append(
             above(
@@ -200,4 +215,4 @@ def _claims(rs: list[dict[str, Any]], L: int, encodings: tuple[str, ...]) -> lis
                 [q(e, 4) for e in order],
             )
         )
-    return [v.line() for v in out]
+    return out

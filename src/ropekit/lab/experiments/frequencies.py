@@ -8,6 +8,10 @@ Go!", ICLR; seed 001).
   with the bands they rely on (each band's mean |contribution| to that head's logits on those query-key pairs);
 - p-RoPE: models with p in {0.25, 0.5, 0.75, 1} (and NoPE) trained with the same budget; validation loss at 1x and 2x.
 Compared with Barbero et al. Table 2 (Gemma 2B, Wiki ppl: NoPE 4.86, RoPE 4.46, 0.25-RoPE 4.53, 0.75-RoPE 4.44).
+
+The band norms and positional heads are measured on every seed's RoPE model (``per_seed``); :func:`claims` judges
+each claim from the result JSON alone with :mod:`ropekit.lab.verdicts` (seed by seed, on the spread), so a result
+can be re-judged without its checkpoints.
 """
 
 from __future__ import annotations
@@ -23,10 +27,11 @@ from ropekit.lab.encodings.rope import RoPE
 from ropekit.lab.evaluate import perplexity
 from ropekit.lab.experiments.common import environment, md_table, prepare, trained_model, write_outputs
 from ropekit.lab.model import Block, LMConfig, TinyLM
+from ropekit.lab.verdicts import Verdict, above, summary, untestable
 from ropekit.rotation.apply import apply_rope
 from ropekit.spec import RopeSpec
 
-__all__ = ["band_norms", "positional_heads", "run"]
+__all__ = ["band_norms", "claims", "positional_heads", "run"]
 
 P_VALUES = (0.25, 0.5, 0.75, 1.0)
 
@@ -118,8 +123,9 @@ def run(
     b, data = prepare(quick, steps, tiny, corpus, precision)
     g = torch.Generator().manual_seed(123)
     val_tokens, _ = train_batch(data.valid, 8 if not tiny else 2, train_len, g)
-    sweep = []
-    analysis: dict[str, Any] = {}
+    sweep: list[dict[str, Any]] = []
+    per_seed: list[dict[str, Any]] = []
+    tput: int | str = "checkpoint"
     for p in (*P_VALUES, 0.0):
         for seed in range(seeds):
             if p == 0.0:
@@ -146,17 +152,27 @@ def run(
                     ),
                 }
             )
-            if p == 1.0 and seed == 0:
-                analysis["band_norms"] = band_norms(model, val_tokens)
-                analysis["positional_heads"] = positional_heads(model, val_tokens)
-                analysis["tokens_per_second"] = round(tr.tokens_per_second)
+            if p == 1.0:  # the band analysis on every seed's RoPE model (same validation tokens)
+                per_seed.append(
+                    {
+                        "seed": seed,
+                        "band_norms": band_norms(model, val_tokens),
+                        "positional_heads": positional_heads(model, val_tokens),
+                    }
+                )
+                if seed == 0 and tr.resumed_from < tr.steps:
+                    tput = round(tr.tokens_per_second)
     result = {
         "experiment": "frequencies",
         "train_len": train_len,
         "budget": b.__dict__,
         "environment": environment(),
         "p_sweep": sweep,
-        **analysis,
+        # seed 0's analysis at the top level (the figure), every seed's in per_seed (the verdicts)
+        "band_norms": per_seed[0]["band_norms"],
+        "positional_heads": per_seed[0]["positional_heads"],
+        "tokens_per_second": tput,
+        "per_seed": per_seed,
     }
     md = _markdown(result)
 
@@ -169,73 +185,132 @@ def run(
     return result
 
 
+def _third(n_bands: int) -> int:
+    return max(1, n_bands // 3)
+
+
+def norm_ratio(norms: list[list[float]]) -> float:
+    """Mean norm of the lowest-frequency third of the bands over that of the highest-frequency third, over all
+    layers (``norms``: [layer][band], band 0 the highest frequency)."""
+    n = len(norms[0])
+    t = _third(n)
+    hi = sum(sum(r[:t]) for r in norms) / (t * len(norms))
+    lo = sum(sum(r[-t:]) for r in norms) / (t * len(norms))
+    return lo / hi
+
+
+def _analyses(res: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every seed's band analysis; results written before ``per_seed`` existed hold seed 0's only."""
+    if "per_seed" in res:
+        return list(res["per_seed"])
+    return [{"seed": 0, "band_norms": res["band_norms"], "positional_heads": res["positional_heads"]}]
+
+
+def _losses(res: dict[str, Any], p: float, key: str = "loss_1x") -> dict[int, float]:
+    return {r["seed"]: r[key] for r in res["p_sweep"] if r["p"] == p}
+
+
+def claims(res: dict[str, Any]) -> list[Verdict]:
+    """Barbero et al.'s claims, judged seed by seed from the result JSON (losses paired by seed: the p-RoPE models
+    of a seed share its initialisation and data order)."""
+    out: list[Verdict] = []
+    an = _analyses(res)
+    out.append(
+        above(
+            "low-frequency bands carry the largest q norms (Barbero et al. 2025, Gemma 7B)",
+            "mean norm of q on the lowest-frequency third / on the highest-frequency third of the bands, RoPE",
+            [norm_ratio(a["band_norms"]["q"]) for a in an],
+            1.0,
+        )
+    )
+    n_bands = len(an[0]["band_norms"]["q"][0])
+    claim = "positional heads rely on the highest-frequency bands (Barbero et al. 2025, Gemma 7B)"
+    counts = [len(a["positional_heads"]) for a in an]
+    if any(c == 0 for c in counts):
+        out.append(
+            untestable(
+                claim,
+                f"positional heads (attention > 0.5 on i - 1 or i) per seed: {counts}",
+                "a seed's RoPE model has no positional head, so the bands they use are not measured",
+            )
+        )
+    else:
+        t = _third(n_bands)
+        out.append(
+            above(
+                claim,
+                f"fraction of positional heads whose top band is in the highest-frequency third (bands 0..{t - 1}), "
+                f"per seed (heads found {counts})",
+                [
+                    sum(h["top_bands"][0] < t for h in a["positional_heads"]) / len(a["positional_heads"])
+                    for a in an
+                ],
+                0.5,
+            )
+        )
+    rope, nope = _losses(res, 1.0), _losses(res, 0.0)
+    rotating = [_losses(res, p) for p in P_VALUES]
+    seeds = sorted(nope)
+    out.append(
+        above(
+            "NoPE has the highest loss (Barbero et al. Table 2: Wiki ppl NoPE 4.8594, RoPE 4.4627)",
+            "loss at 1x of NoPE - the lowest loss at 1x of the p-RoPE models (nats/byte)",
+            [nope[s] - min(r[s] for r in rotating) for s in seeds],
+            0.0,
+        )
+    )
+    out.append(
+        above(
+            "0.75-RoPE beats RoPE (Barbero et al. Table 2: Wiki ppl 4.4414 vs 4.4627)",
+            "loss at 1x of RoPE - loss at 1x of 0.75-RoPE (nats/byte)",
+            [rope[s] - _losses(res, 0.75)[s] for s in seeds],
+            0.0,
+        )
+    )
+    out.append(
+        above(
+            "0.25-RoPE is worse than 0.75-RoPE (Barbero et al. Table 2: Wiki ppl 4.5302 vs 4.4414)",
+            "loss at 1x of 0.25-RoPE - loss at 1x of 0.75-RoPE (nats/byte)",
+            [_losses(res, 0.25)[s] - _losses(res, 0.75)[s] for s in seeds],
+            0.0,
+        )
+    )
+    return out
+
+
+def _spread(v: list[float]) -> str:
+    """mean [min..max] with 4 decimals (losses of p-RoPE variants differ in the third decimal)."""
+    m = sum(v) / len(v)
+    return f"{m:.4f}" if len(v) == 1 else f"{m:.4f} [{min(v):.4f}..{max(v):.4f}]"
+
+
 def _markdown(res: dict[str, Any]) -> str:
-    bn = res["band_norms"]
-    n = len(bn["q"][0])
-    third = max(1, n // 3)
-    hi = sum(sum(r[:third]) for r in bn["q"]) / (third * len(bn["q"]))
-    lo = sum(sum(r[-third:]) for r in bn["q"]) / (third * len(bn["q"]))
+    an = _analyses(res)
     rows = []
     for p in (*P_VALUES, 0.0):
-        rs = [r for r in res["p_sweep"] if r["p"] == p]
-        rows.append(
-            [
-                "NoPE" if p == 0 else f"p = {p}",
-                sum(r["loss_1x"] for r in rs) / len(rs),
-                sum(r["loss_2x"] for r in rs) / len(rs),
-            ]
-        )
+        l1, l2 = list(_losses(res, p).values()), list(_losses(res, p, "loss_2x").values())
+        rows.append(["NoPE" if p == 0 else f"p = {p}", _spread(l1), _spread(l2)])
     md = "# Frequency usage and p-RoPE\n\n"
-    md += f"Mean |q| per band, highest-frequency third vs lowest-frequency third (all layers): {hi:.3f} vs {lo:.3f}.\n\n"
-    heads = res["positional_heads"]
+    md += (
+        "Mean |q| per band, lowest-frequency third over highest-frequency third (all layers), RoPE: "
+        f"{summary([norm_ratio(a['band_norms']['q']) for a in an])}; |k|: "
+        f"{summary([norm_ratio(a['band_norms']['k']) for a in an])}.\n\n"
+    )
     md += "Positional heads (attention > 0.5 on i - 1 or on i) and the bands contributing most to their logits:\n\n"
+    heads = [(a["seed"], h) for a in an for h in a["positional_heads"]]
     md += (
         md_table(
-            ["layer", "head", "kind", "score", "top bands"],
-            [[h["layer"], h["head"], h["kind"], h["score"], h["top_bands"]] for h in heads],
+            ["seed", "layer", "head", "kind", "score", "top bands"],
+            [[s, h["layer"], h["head"], h["kind"], h["score"], h["top_bands"]] for s, h in heads],
         )
         if heads
         else "(none found)\n"
     )
-    md += "\np-RoPE sweep, validation loss (nats/byte):\n\n" + md_table(
+    md += "\np-RoPE sweep, validation loss (nats/byte), mean [min..max] over seeds:\n\n" + md_table(
         ["model", "loss at 1x", "loss at 2x"], rows
     )
     md += (
         "\nPublished (Barbero et al. 2025 Table 2, Gemma 2B, 8k context, Wiki ppl): NoPE 4.8594, RoPE 4.4627, "
         "0.25-RoPE 4.5302, 0.75-RoPE 4.4414 (differences of 0.5% between RoPE variants).\n\n## Claims\n\n"
     )
-    d = {r[0]: r[1] for r in rows}
-    claims = [
-        (f"low-frequency bands carry the largest q norms ({lo:.3f} vs {hi:.3f})", lo > hi),
-        (
-            f"NoPE is worst ({d['NoPE']:.4f} vs RoPE {d['p = 1.0']:.4f})",
-            d["NoPE"] >= max(v for k, v in d.items() if k != "NoPE"),
-        ),
-        (
-            f"0.75-RoPE is at least as good as RoPE ({d['p = 0.75']:.4f} vs {d['p = 1.0']:.4f})",
-            d["p = 0.75"] <= d["p = 1.0"],
-        ),
-        (
-            f"0.25-RoPE is worse than 0.75-RoPE ({d['p = 0.25']:.4f} vs {d['p = 0.75']:.4f})",
-            d["p = 0.25"] > d["p = 0.75"],
-        ),
-        (
-            (
-                f"positional heads rely on high-frequency bands (top bands of detected heads in the fastest third: "
-                f"{sum(1 for h in heads if h['top_bands'][0] < third)}/{len(heads)})"
-            ),
-            bool(heads) and all(h["top_bands"][0] < third for h in heads),
-        ),
-    ]
-    if not heads:  # nothing to test: say so instead of "not reproduced"
-        claims[-1] = ("positional heads rely on high-frequency bands", None)
-    verdict = {
-        True: "**reproduced**",
-        False: "**not reproduced** at this scale",
-        None: "not testable here (no head passed 0.5)",
-    }
-    md += "\n".join(f"- {t}: {verdict[ok]}" for t, ok in claims)
-    return (
-        md
-        + "\n\nDifferences this small between p values are within seed noise unless `--seeds` shows otherwise.\n"
-    )
+    return md + "\n".join(f"- {v.line()}" for v in claims(res)) + "\n"

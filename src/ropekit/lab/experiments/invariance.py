@@ -24,9 +24,9 @@ import torch
 from ropekit.lab.encodings import DenseRotation, build_encoding
 from ropekit.lab.encodings.base import PositionalEncoding
 from ropekit.lab.experiments.common import environment, md_table, write_outputs
-from ropekit.lab.verdicts import above, below, greater
+from ropekit.lab.verdicts import Verdict, above, below, greater
 
-__all__ = ["ENCODINGS", "confusability", "run", "shift_error"]
+__all__ = ["ENCODINGS", "claims", "confusability", "run", "shift_error"]
 
 ENCODINGS = ("rope", "p-rope", "xpos", "single-frequency", "dense-rotation", "dense-group")
 SHIFTS, DISTANCES = (1, 100, 1000, 3000), (1, 7, 100, 500)
@@ -145,7 +145,14 @@ def _markdown(res: dict[str, Any]) -> str:
             ]
         )
     md += md_table(["encoding", "shift error (max)", "confusability (min)", "closest distances"], table)
-    verdicts = [
+    md += "\n## Claims\n\n" + "\n".join(f"- {v.line()}" for v in claims(res)) + "\n"
+    return md
+
+
+def claims(res: dict[str, Any]) -> list[Verdict]:
+    """Seed 004's claims on rotation encodings, judged per draw of q, k from the result JSON alone."""
+    rows = res["results"]
+    return [
         below(
             "RoPE is relative: a common shift leaves the logit unchanged (seed 004, theorem 1)",
             "shift error of rope",
@@ -178,5 +185,3 @@ def _markdown(res: dict[str, Any]) -> str:
             1e-4,
         ),
     ]
-    md += "\n## Claims\n\n" + "\n".join(f"- {v.line()}" for v in verdicts) + "\n"
-    return md

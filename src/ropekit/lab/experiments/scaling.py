@@ -19,9 +19,9 @@ from ropekit.lab.evaluate import perplexity
 from ropekit.lab.experiments.common import environment, md_table, prepare, trained_model, write_outputs
 from ropekit.lab.model import TinyLM
 from ropekit.lab.train import train
-from ropekit.lab.verdicts import above, below, greater
+from ropekit.lab.verdicts import Verdict, above, below, greater, summary, untestable
 
-__all__ = ["SCHEMES", "run"]
+__all__ = ["SCHEMES", "claims", "recovered", "run"]
 
 SCHEMES = ("none", "linear", "ntk", "dynamic", "yarn", "llama3")
 
@@ -151,7 +151,7 @@ def _markdown(res: dict[str, Any], mults: tuple[int, ...]) -> str:
         "YaRN 3.50 at 4096. LongRoPE Table 1 (LLaMA2-7B, no fine-tuning, PG19 8k): PI 10.65, Dynamic-NTK 10.21, "
         "YaRN 32.64.\n\n## Claims\n\n"
     )
-    return md + "\n".join(_claims(zs, ft, L)) + "\n"
+    return md + "\n".join(f"- {v.line()}" for v in claims(res)) + "\n"
 
 
 def _ppl(rows: list[dict[str, Any]], scheme: str, L: int) -> dict[int, float]:
@@ -170,45 +170,62 @@ def recovered(
     return [(none[s] - got[s]) / (none[s] - base[s]) for s in sorted(got)]
 
 
-def _claims(zs: list[dict[str, Any]], ft: list[dict[str, Any]], L: int) -> list[str]:
-    """The claims, each judged per seed on the fraction of the degradation recovered (:mod:`ropekit.lab.verdicts`)."""
-    out: list[str] = []
+_NTK_PI = "NTK-aware beats PI zero-shot at 2x (YaRN sec. 3; LongRoPE Table 1)"
+_FT_PI = "a short fine-tune makes PI good at 4x (PI Table 3)"
+_FT_YARN = "after fine-tuning YaRN is at least as good as PI at 4x (YaRN Table 1)"
+
+
+def claims(res: dict[str, Any]) -> list[Verdict]:
+    """The claims, each judged per seed on the fraction of the degradation recovered (:mod:`ropekit.lab.verdicts`),
+    from the result JSON alone."""
+    zs, ft, L = res["zero_shot"], res["finetuned_x4"], res["train_len"]
+    out: list[Verdict] = []
     rec = {(n, m): recovered(zs, zs, n, L, m) for n in SCHEMES for m in (2, 4)}
     if any(v is None for v in rec.values()):
+        base = _ppl(zs, "none", L)
+        deg = {m: [_ppl(zs, "none", m * L)[s] / base[s] for s in sorted(base)] for m in (2, 4)}
         return [
-            "- unscaled RoPE did not degrade at 2x or 4x on some seed: there is nothing to recover, no verdicts"
+            untestable(
+                claim,
+                f"ppl(2x)/ppl(1x) of unscaled rope: {summary(deg[2])}; ppl(4x)/ppl(1x): {summary(deg[4])}",
+                "unscaled RoPE did not degrade at 2x or 4x on some seed: there is nothing to recover",
+            )
+            for claim in (
+                *(f"{n} beats unscaled RoPE zero-shot at 4x" for n in SCHEMES[1:]),
+                _NTK_PI,
+                _FT_PI,
+                _FT_YARN,
+            )
         ]
     for n in SCHEMES[1:]:
         out.append(
-            above(
-                f"{n} beats unscaled RoPE zero-shot at 4x", f"recovered(4x) by {n}", rec[(n, 4)] or [], 0.0
-            ).line()
+            above(f"{n} beats unscaled RoPE zero-shot at 4x", f"recovered(4x) by {n}", rec[(n, 4)] or [], 0.0)
         )
     out.append(
         greater(
-            "NTK-aware beats PI zero-shot at 2x (YaRN sec. 3; LongRoPE Table 1)",
+            _NTK_PI,
             "recovered(2x)",
             ("ntk", rec[("ntk", 2)] or []),
             ("linear", rec[("linear", 2)] or []),
-        ).line()
+        )
     )
     ft_pi = recovered(zs, ft, "linear", L, 4)
     if ft_pi is not None:
         out.append(
             above(
-                "a short fine-tune makes PI good at 4x (PI Table 3)",
+                _FT_PI,
                 "recovered(4x) by PI after fine-tuning",
                 ft_pi,
                 0.9,
-            ).line()
+            )
         )
     pi, yarn = _ppl(ft, "linear", 4 * L), _ppl(ft, "yarn", 4 * L)
     out.append(
         below(
-            "after fine-tuning YaRN is at least as good as PI at 4x (YaRN Table 1)",
+            _FT_YARN,
             "ppl_yarn(4x)/ppl_PI(4x) after fine-tuning",
             [yarn[s] / pi[s] for s in sorted(pi)],
             1.01,
-        ).line()
+        )
     )
-    return [f"- {line}" for line in out]
+    return out
