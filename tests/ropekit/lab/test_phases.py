@@ -22,13 +22,15 @@ def test_phases_accumulate_cpu_and_wall() -> None:
         while time.process_time() - t0 < 0.05:
             pass
     with clock.phase("sleep"):
-        time.sleep(0.05)
+        time.sleep(0.5)
     with clock.phase("busy"):
         t0 = time.process_time()
         while time.process_time() - t0 < 0.05:
             pass
     assert clock.cpu["busy"] >= 0.1 and clock.wall["busy"] >= 0.1
-    assert clock.wall["sleep"] >= 0.05 and clock.cpu["sleep"] < 0.04
+    # process CPU time counts every thread: other threads of the test process (torch's pool after earlier
+    # tests) may still spin briefly, so the bound is half the sleep, not zero
+    assert clock.wall["sleep"] >= 0.5 and clock.cpu["sleep"] < 0.25
     d = clock.as_dict()
     assert list(d) == ["startup", "busy", "sleep"] and d["startup"]["wall_s"] is None
     assert clock.total_cpu() == pytest.approx(clock.startup_cpu + clock.cpu["busy"] + clock.cpu["sleep"])
