@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 import torch
 
+from ropekit.axis_gather import gather_bands as _gather_bands
 from ropekit.phases import check_positions, rope_tables
 from ropekit.rotation.apply import (
     FORMATS,
@@ -118,17 +119,6 @@ def axis_tables(
 def _one_axis(spec: RopeSpec) -> RopeSpec:
     """The same spec without its axis map: same frequencies, phase map, factor and layout."""
     return dataclasses.replace(spec, axes=None)
-
-
-@functools.lru_cache(maxsize=256)
-def _slots_cpu(spec: RopeSpec) -> torch.Tensor:
-    assert spec.axes is not None
-    return torch.tensor(spec.axes.slots, dtype=torch.int64, device="cpu")
-
-
-def _slots(spec: RopeSpec, device: torch.device) -> torch.Tensor:
-    t = _slots_cpu(spec)
-    return t if device.type == "cpu" else t.to(device)
 
 
 def apply_rope_axes(
@@ -330,77 +320,3 @@ def _cached_axis_tables(
     cache = getattr(rotary, "_cache", None)  # ropekit.table_cache.TableCache: rows [2, L, n], exact
     hit = _gather_bands(cache, pos.to(dev), spec) if hasattr(cache, "rows") else None
     return hit if hit is not None else axis_tables(pos, spec, device=dev)  # still exact without the cache
-
-
-def _gather_bands(cache: Any, pos: torch.Tensor, spec: RopeSpec) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """[A, *P] integer positions -> float32 [*P, n] from an exact 1-D :class:`ropekit.table_cache.TableCache`
-    (rows [2, L, n]): every band's row read at its own axis's position; None when a position is outside
-    [0, limit) (the caller computes those exactly). Bit-identical to :func:`axis_tables`: same rows, copied.
-    On the CPU one C pass (:func:`_gather_c`), elsewhere one ``index_select`` of every (token, band) entry."""
-    n = spec.n_bands
-    shape = (*pos.shape[1:], n)
-    if pos.device.type == "cpu" and cache.rows.device.type == "cpu":
-        got = _gather_c(cache, pos, spec)
-        if got is not False:
-            return None if got is None else (got[0].view(shape), got[1].view(shape))
-    lo, hi = (int(v) for v in torch.aminmax(pos)) if pos.numel() else (0, 0)  # one host sync
-    if lo < 0 or hi >= int(cache.limit):
-        return None
-    if hi >= cache.length:
-        cache.grow(1 << hi.bit_length())
-    rows: torch.Tensor = cache.rows  # [2, L, n]
-    flat = pos.reshape(pos.shape[0], -1).to(torch.int64)  # [A, N]
-    per_band = flat.index_select(0, _slots(spec, pos.device)).t()  # [N, n] view: band j's position per token
-    idx = per_band * n + _band_offsets(n, pos.device)  # row-major index of (position, band) in a [L, n] table
-    both = rows.reshape(2, -1).index_select(1, idx.reshape(-1))  # [2, N * n]: cos and sin in one pass
-    return both[0].view(shape), both[1].view(shape)
-
-
-def _gather_c(
-    cache: Any, pos: torch.Tensor, spec: RopeSpec
-) -> tuple[torch.Tensor, torch.Tensor] | None | Literal[False]:
-    """The CPU gather in C (``ropekit_axis_gather``): bounds check and copy in one pass over the positions, ~20x
-    faster than the per-entry ``index_select`` (1.1-1.4 ms -> ~60 us for 2048 tokens x 64 bands, one thread).
-    (cos, sin) [N, n]; None for a position outside [0, limit); False when the C kernel is unavailable."""
-    from ropekit.kernels import cpu_build
-
-    lib = cpu_build.load()
-    rows: torch.Tensor = cache.rows
-    if lib is None or rows.dtype != torch.float32 or not rows.is_contiguous():
-        return False
-    flat = pos.reshape(pos.shape[0], -1).to(torch.int64).contiguous()  # [A, N]
-    n, N = spec.n_bands, flat.shape[1]
-    out = torch.empty(2, N, n, dtype=torch.float32)
-    slots = _slots(spec, pos.device)
-    for _ in range(2):  # a second pass after growing the cache
-        rows = cache.rows
-        hi = int(
-            lib.ropekit_axis_gather(
-                rows.data_ptr(),
-                rows.shape[1],
-                n,
-                flat.data_ptr(),
-                flat.shape[0],
-                N,
-                slots.data_ptr(),
-                out.data_ptr(),
-            )
-        )
-        if hi < 0 and flat.numel():
-            return None
-        if hi < rows.shape[1]:
-            return out[0], out[1]
-        if hi >= int(cache.limit):
-            return None
-        cache.grow(1 << hi.bit_length())
-    return None  # pragma: no cover - the cache grew to cover hi
-
-
-@functools.lru_cache(maxsize=64)
-def _band_offsets_cpu(n: int) -> torch.Tensor:
-    return torch.arange(n, dtype=torch.int64)
-
-
-def _band_offsets(n: int, device: torch.device) -> torch.Tensor:
-    t = _band_offsets_cpu(n)
-    return t if device.type == "cpu" else t.to(device)

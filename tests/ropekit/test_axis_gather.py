@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""The multi-axis table gather (``axis_tables._gather_bands``: C on the CPU, ``index_select`` elsewhere) against
+"""The multi-axis table gather (``ropekit.axis_gather.gather_bands``: C on the CPU, ``index_select`` elsewhere) against
 an independent oracle: entry (t, j) is the exact 1-D cache row at axis ``slots[j]``'s position of token t, read
 with plain Python indexing; and against :func:`ropekit.axis_tables` (tables built per axis, then selected)."""
 
@@ -16,6 +16,7 @@ from ropekit.spec import RopeSpec
 from ropekit.table_cache import TableCache
 
 at = sys.modules["ropekit.axis_tables"]  # the package exports a function of the same name
+import ropekit.axis_gather as ag
 
 MAPS = {
     "contiguous": AxisMap.contiguous((2, 3, 3)),
@@ -48,12 +49,12 @@ def test_gather_reads_each_band_at_its_axis_position(
     name: str, path: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if path == "torch":
-        monkeypatch.setattr(at, "_gather_c", lambda *a: False)  # as without a C compiler
+        monkeypatch.setattr(ag, "_gather_c", lambda *a: False)  # as without a C compiler
     spec = _spec(MAPS[name])
     a = spec.axes.n_axes  # type: ignore[union-attr]
     cache = TableCache(at._one_axis(spec), torch.device("cpu"), 64, 1 << 12)
     pos = torch.randint(0, 300, (a, 2, 5))  # past the cache's 64 rows: it grows, then reads
-    got = at._gather_bands(cache, pos, spec)
+    got = ag.gather_bands(cache, pos, spec)
     assert got is not None and cache.length >= 300
     want = _oracle(cache, pos, spec)
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
@@ -67,15 +68,15 @@ def test_gather_refuses_what_the_cache_cannot_serve(path: str, monkeypatch: pyte
     """Negative positions and positions past the cache's limit give None (the caller then computes exact tables),
     never a clamped or wrapped row; an empty positions tensor gives empty tables."""
     if path == "torch":
-        monkeypatch.setattr(at, "_gather_c", lambda *a: False)
+        monkeypatch.setattr(ag, "_gather_c", lambda *a: False)
     spec = _spec(MAPS["contiguous"])
     cache = TableCache(at._one_axis(spec), torch.device("cpu"), 16, 100)
     ok = torch.tensor([[1, 2], [3, 4], [5, 6]])
-    assert at._gather_bands(cache, ok, spec) is not None
-    assert at._gather_bands(cache, ok - 2, spec) is None
-    assert at._gather_bands(cache, ok + 95, spec) is None  # 101 >= limit 100
+    assert ag.gather_bands(cache, ok, spec) is not None
+    assert ag.gather_bands(cache, ok - 2, spec) is None
+    assert ag.gather_bands(cache, ok + 95, spec) is None  # 101 >= limit 100
     assert cache.length <= 100
-    empty = at._gather_bands(cache, torch.zeros(3, 0, dtype=torch.int64), spec)
+    empty = ag.gather_bands(cache, torch.zeros(3, 0, dtype=torch.int64), spec)
     assert empty is not None and empty[0].shape == (0, spec.n_bands)
 
 
@@ -92,7 +93,7 @@ def test_c_gather_is_used_on_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*a: object) -> None:
         raise AssertionError("the torch fallback ran")
 
-    monkeypatch.setattr(at, "_band_offsets", refuse)
+    monkeypatch.setattr(ag, "_band_offsets", refuse)
     pos = torch.randint(0, 60, (3, 7))
-    got = at._gather_bands(cache, pos, spec)
+    got = ag.gather_bands(cache, pos, spec)
     assert got is not None and torch.equal(got[0], _oracle(cache, pos, spec)[0])

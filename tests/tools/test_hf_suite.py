@@ -187,3 +187,17 @@ def test_rows_of_families_not_rerun_are_kept_marked_as_earlier(tmp_path: Path) -
     )
     assert run.merge_rows(merged, new) == merged  # a second write changes nothing
     assert run.merge_rows(new, new) == new  # nothing earlier: no note
+
+
+def test_a_selection_other_than_the_default_is_stored_beside_the_default_run() -> None:
+    """``-k compil`` (transformers' compile tests) must not overwrite the family's default-selection result."""
+    assert run.result_name("llama", run.DEFAULT_K) == "llama"
+    assert run.result_name("llama", "compil") == "llama@compil"
+    assert run.result_name("llama", None) == "llama@all"  # -k '': every test
+    names = {run.result_name("llama", k) for k in (run.DEFAULT_K, "compil", "not compil and sdpa", None)}
+    assert len(names) == 4
+    old = "| llama | 1 / 0 / 0 | 1 / 0 / 0 | 0 | |"
+    new = "| llama (-k 'compil') | 3 / 0 / 4 | 3 / 0 / 4 | 0 | |"
+    header = "| family | a | b | c | d |\n|---|---|---|---|---|\n"
+    merged = run.merge_rows(header + old, header + new)
+    assert "| llama (-k 'compil') |" in merged and "| llama " + run.EARLIER in merged  # both rows kept

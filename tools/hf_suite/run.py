@@ -243,6 +243,13 @@ def write_docs(path: Path, table: str) -> None:
     path.write_text(head + BEGIN + "\n" + table + "\n" + END + tail)
 
 
+def result_name(fam: str, k: str | None) -> str:
+    """The stored result's file stem: the family for the default selection, else the family and the ``-k``."""
+    if k == DEFAULT_K:
+        return fam
+    return f"{fam}@" + (re.sub(r"[^A-Za-z0-9]+", "_", k).strip("_") if k else "all")
+
+
 def per_family(args: argparse.Namespace) -> int:
     tests = Path(args.tests).resolve()
     if not (tests / "test_modeling_common.py").exists():
@@ -254,7 +261,10 @@ def per_family(args: argparse.Namespace) -> int:
     bad = 0
     for fam in fams:
         r = run_family(tests, fam, args.timeout, args.k)
-        (RESULTS / f"{fam}.json").write_text(json.dumps(r, indent=1))
+        if args.k != DEFAULT_K:  # another selection: its own row and file, beside the default run's
+            r["family"] = f"{fam} (-k {args.k!r})"
+        r["k"] = args.k
+        (RESULTS / f"{result_name(fam, args.k)}.json").write_text(json.dumps(r, indent=1))
         print(
             f"{fam}: unpatched {r.get('unpatched', r.get('status'))}, patched {r.get('patched', '')} "
             f"({r.get('seconds', 0)} s) {r.get('unpatched_status', '')} {r.get('patched_status', '')}"
@@ -270,7 +280,7 @@ def per_family(args: argparse.Namespace) -> int:
     table = matrix(stored, _source(tests))
     print(table)
     if args.docs:
-        write_docs(Path(args.docs), f"{table}\n\nTests deselected: `-k {args.k!r}`." if args.k else table)
+        write_docs(Path(args.docs), f"{table}\n\nRows without a `-k` in their name ran `-k {DEFAULT_K!r}`.")
     print("no test that passes unpatched fails patched" if not bad else f"{bad} regressions")
     return 1 if bad else 0
 

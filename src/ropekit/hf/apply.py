@@ -26,7 +26,7 @@ from ropekit.rotation import fastpath
 from ropekit.rotation.apply import apply_rope_tables
 from ropekit.spec import RopeSpec
 
-__all__ = ["CALLS", "VISION_KINDS", "wrap_apply"]
+__all__ = ["CALLS", "VISION_KINDS", "check_route", "wrap_apply"]
 
 #: (modeling module, function name) -> number of rotations ropekit did there (tests read it; never reset by us)
 CALLS: Counter[tuple[str, str]] = Counter()
@@ -40,6 +40,10 @@ def _geometry(head_dim: int, rotary_dim: int, layout: str) -> RopeSpec:
 
 def _tables(info: RopekitTables) -> tuple[torch.Tensor, torch.Tensor]:
     if info.family.sign < 0:
+        if (
+            torch.compiler.is_compiling()
+        ):  # no cache in a traced graph: a dict write there is a guard per call
+            return info.cos, -info.sin
         neg = info.extra.get("neg_sin")
         if neg is None:
             neg = info.extra["neg_sin"] = -info.sin
@@ -55,6 +59,11 @@ def _rotate(
     d = q.shape[-1]
     if d < r or (k is not None and k.shape[-1] != d):
         return None
+    if torch.compiler.is_compiling():
+        # traced: the plan cache (storage pointers, a dict of prepared calls) would break the graph or add guards
+        # that recompile; apply_rope_tables itself traces with neither
+        spec = _geometry.__wrapped__(d, r, layout)
+        return apply_rope_tables(q, k, cos, sin, spec, format=fmt)  # type: ignore[arg-type]
     spec = _geometry(d, r, layout)
     # every layer of one forward rotates with the same tables and (almost always) the same q/k geometry: the
     # prepared kernel call of the first layer is kept with the tables, so later layers skip the lookup
@@ -192,10 +201,43 @@ def wrap_apply(original: Callable[..., Any], kind: str, where: tuple[str, str]) 
         if info is not None:
             out = rotate(a, info)
             if out is not None:
-                CALLS[where] += 1
+                if (
+                    not torch.compiler.is_compiling()
+                ):  # a counter read in a graph would be guarded on its value
+                    CALLS[where] += 1
                 return out
         return original(*args, **kwargs)
 
     functools.update_wrapper(apply, original)
     apply._ropekit_original = original  # type: ignore[attr-defined]
     return apply
+
+
+def _max_err(a: Any, b: Any) -> float:
+    pairs = zip(a, b) if isinstance(a, (tuple, list)) else [(a, b)]
+    err = 0.0
+    for u, v in pairs:
+        if u.is_complex():
+            u, v = torch.view_as_real(u), torch.view_as_real(v)
+        err = max(err, float((u.double() - v.double()).abs().max()) if u.numel() else 0.0)
+    return err
+
+
+def check_route(
+    original: Callable[..., Any], kind: str, tag: str, args: tuple[Any, ...], what: str
+) -> str | None:
+    """Call a modeling file's apply function and ropekit's wrapper of it on the same probe arguments (tables made
+    by a ropekit rotary module). None when the wrapper rotated through ropekit (counted in :data:`CALLS` under
+    ``(tag, name)``) and agrees within 1e-5; else why not, naming the function and ``what`` it was compared with."""
+    name = getattr(original, "__name__", "apply")
+    label = f"{getattr(original, '__module__', '?')}.{name}"
+    wrapped = wrap_apply(original, kind, (tag, name))
+    before = CALLS[(tag, name)]
+    with torch.no_grad():
+        a, b = original(*args), wrapped(*args)
+    if CALLS[(tag, name)] == before:
+        return f"{label} could not be routed through ropekit ({kind!r})"
+    err = _max_err(a, b)
+    if err > 1e-5:
+        return f"{label} rotates differently from {what} ({kind!r}): max error {err:.2e}"
+    return None

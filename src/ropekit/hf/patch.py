@@ -48,7 +48,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ropekit.hf.apply import CALLS, wrap_apply
+from ropekit.hf.apply import check_route, wrap_apply
 from ropekit.hf.cast import buffer_hint, buffer_spec, cast_dtype, reads_buffers, warn_cast
 from ropekit.hf.families import FAMILIES, Family, family_for_class
 from ropekit.hf.rotary import (
@@ -157,21 +157,13 @@ def _verify(module: nn.Module, cls: type, fam: Family, specs: dict[str | None, A
                     continue
                 found = True
                 original = getattr(fn, "_ropekit_original", fn)
-                wrapped = wrap_apply(original, kind, ("probe", fn_name))
                 shape = (1, _PROBE_LEN, 3, 2 * n) if kind == "complex_bshd" else (1, 3, _PROBE_LEN, 2 * n)
                 q = torch.randn(shape, generator=gen).to(device)
                 k = torch.randn(shape, generator=gen).to(device)
                 args = (q, *got) if kind == "x" else (q, k, *got)
-                before = CALLS[("probe", fn_name)]
-                a, b = original(*args), wrapped(*args)
-                if CALLS[("probe", fn_name)] == before:
-                    return f"{modeling.__name__}.{fn_name} could not be routed through ropekit ({kind!r})"
-                err = max(_max_err(u, v) for u, v in zip(_flat(a), _flat(b)))
-                if err > 1e-5:
-                    return (
-                        f"{modeling.__name__}.{fn_name} rotates differently from the row's {fam.layout!r} "
-                        f"layout ({kind!r}): max error {err:.2e}"
-                    )
+                why = check_route(original, kind, "probe", args, f"the row's {fam.layout!r} layout")
+                if why is not None:
+                    return why
             if not found:
                 names = [f for f, _ in fam.applies]
                 return f"{modeling.__name__} defines none of the row's apply functions {names}"

@@ -236,7 +236,7 @@ def _verify_apply(
 ) -> str | None:
     import sys
 
-    from ropekit.hf.apply import CALLS, wrap_apply
+    from ropekit.hf.apply import check_route
 
     modeling = sys.modules[type(orig).__module__]
     gen = torch.Generator(device="cpu").manual_seed(0)
@@ -245,16 +245,13 @@ def _verify_apply(
         if not callable(fn):
             return f"{modeling.__name__} defines no {fn_name}"
         original = getattr(fn, "_ropekit_original", fn)
-        wrapped = wrap_apply(original, kind, ("probe-vl", fn_name))
         shape = (cos.shape[0], 3, cos.shape[1], cos.shape[-1])
         q, k = (torch.randn(shape, generator=gen).to(device) for _ in range(2))
-        before = CALLS[("probe-vl", fn_name)]
-        a, b = original(q, k, cos, sin), wrapped(q, k, cos, sin)
-        if CALLS[("probe-vl", fn_name)] == before:
-            return f"{modeling.__name__}.{fn_name} could not be routed through ropekit"
-        err = max(float((u.double() - v.double()).abs().max()) for u, v in zip(a, b))
-        if err > 1e-5:
-            return f"{modeling.__name__}.{fn_name} rotates differently from ropekit's {family.layout!r} pairing: {err:.2e}"
+        why = check_route(
+            original, kind, "probe-vl", (q, k, cos, sin), f"ropekit's {family.layout!r} pairing"
+        )
+        if why is not None:
+            return why
     return None
 
 

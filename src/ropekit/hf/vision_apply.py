@@ -169,7 +169,7 @@ def verify_vision_apply(orig: nn.Module, tables: tuple[torch.Tensor, ...]) -> st
     tagged probe ``tables`` (and was routed through ropekit), else why not."""
     import sys
 
-    from ropekit.hf.apply import CALLS, wrap_apply
+    from ropekit.hf.apply import check_route
 
     entry = VISION_APPLIES.get(type(orig).__name__)
     if entry is None:
@@ -180,18 +180,9 @@ def verify_vision_apply(orig: nn.Module, tables: tuple[torch.Tensor, ...]) -> st
     if not callable(fn):
         return f"{modeling.__name__} defines no {fn_name}"
     original = getattr(fn, "_ropekit_original", fn)
-    wrapped = wrap_apply(original, kind, ("probe-vision", fn_name))
     info: RopekitTables | None = getattr(tables[0], ROPEKIT_TABLES, None)
     if info is None:
         return "the replacement's tables carry no ropekit tables"
     q, k = _probe_qk(kind, info.cos.shape[0], 2 * info.cos.shape[-1], tables[0].device)
     args: tuple[Any, ...] = (q, k, *tables) + ((0,) if kind == "qk_shared" else ())
-    before = CALLS[("probe-vision", fn_name)]
-    with torch.no_grad():
-        a, b = original(*args), wrapped(*args)
-    if CALLS[("probe-vision", fn_name)] == before:
-        return f"{modeling.__name__}.{fn_name} could not be routed through ropekit ({kind!r})"
-    err = max(float((u.double() - v.double()).abs().max()) for u, v in zip(a, b))
-    if err > 1e-5:
-        return f"{modeling.__name__}.{fn_name} rotates differently from ropekit's {info.family.layout!r} pairing: {err:.2e}"
-    return None
+    return check_route(original, kind, "probe-vision", args, f"ropekit's {info.family.layout!r} pairing")

@@ -32,7 +32,7 @@ from ropekit.hf.apply import CALLS
 from ropekit.hf.rotary import RopekitRotary
 
 sys.path.insert(0, str(Path(__file__).parent))
-from tiny import VOCAB, families, tiny_config
+from tiny import build, families, padded_inputs, rel_masked
 
 _MROPE = "multi-axis (M-RoPE) positions [3, b, s]: ropekit.hf does not yet express multi-axis rotaries"
 _NOT_BUILT = "our tiny config cannot build or run the unpatched model"
@@ -217,26 +217,7 @@ def _params() -> list[object]:
     ]
 
 
-def _build(model_type: str) -> torch.nn.Module:
-    torch.manual_seed(0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return transformers.AutoModelForCausalLM.from_config(
-            tiny_config(model_type), attn_implementation="eager"
-        ).eval()
-
-
-def _inputs() -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(1)
-    ids = torch.randint(3, VOCAB, (2, 12), generator=g)
-    mask = torch.ones_like(ids)
-    mask[0, :3] = 0  # left padding
-    return ids, mask
-
-
-def _rel(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor) -> float:
-    m = mask.bool()
-    return float((a - b)[m].abs().max() / a[m].abs().max())
+_build, _inputs, _rel = build, padded_inputs, rel_masked
 
 
 def test_table_is_complete() -> None:

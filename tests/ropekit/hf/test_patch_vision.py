@@ -1,5 +1,5 @@
 """ropekit.hf.patch on vision towers and whole models around them (issue 11 point 5): Pixtral's encoder, a LLaVA
-with a Pixtral vision tower, Llama 4's vision encoder and the whole Llama4ForConditionalGeneration (text + vision).
+with a Pixtral vision tower (vision rotations counted through ropekit's dispatch), Llama 4's vision encoder and the whole Llama4ForConditionalGeneration (text + vision).
 Tiny random-weight models from configs, an image input, float32: outputs and logits equal to the unpatched
 transformers model (<= 1e-4 relative), greedy generation with a KV cache gives the same tokens."""
 
@@ -13,8 +13,11 @@ import torch
 T = pytest.importorskip("transformers")
 
 import ropekit.hf
+from ropekit.hf.apply import CALLS
 from ropekit.hf.patch_vl import RopekitLlama4VisionRotary, RopekitVLRotary
 from ropekit.hf.rotary import RopekitRotary
+
+PIXTRAL_APPLY = ("transformers.models.pixtral.modeling_pixtral", "apply_rotary_pos_emb")
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -58,14 +61,19 @@ def _llava() -> torch.nn.Module:
     text = T.MistralConfig(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                            num_attention_heads=4, num_key_value_heads=2, head_dim=16, initializer_range=0.5,
                            sliding_window=None, pad_token_id=0)  # fmt: skip
-    vision = T.PixtralVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+    vision = T.PixtralVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
                                    image_size=32, patch_size=8)  # fmt: skip
     cfg = T.LlavaConfig(text_config=text, vision_config=vision, image_token_index=5,
-                        vision_feature_select_strategy="full")  # fmt: skip
+                        vision_feature_select_strategy="full", vision_feature_layer=-1)  # fmt: skip
     torch.manual_seed(0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return T.LlavaForConditionalGeneration(cfg).eval()
+        model = T.LlavaForConditionalGeneration(cfg).eval()
+    with torch.no_grad():  # vision q/k x8: attention sharp enough that the vision rotation matters
+        for name, p in model.named_parameters():
+            if "vision" in name and ("q_proj" in name or "k_proj" in name):
+                p.mul_(8)
+    return model
 
 
 def test_llava_with_pixtral_vision_tower_logits_and_generate_equal() -> None:
@@ -85,7 +93,9 @@ def test_llava_with_pixtral_vision_tower_logits_and_generate_equal() -> None:
             ropekit.hf.patch(model)
         kinds = {type(m).__name__ for m in model.modules() if isinstance(m, (RopekitRotary, RopekitVLRotary))}
         assert kinds == {"RopekitMistralRotaryEmbedding", "RopekitVLRotary"}
+        before = CALLS[PIXTRAL_APPLY]
         got = model(**kw).logits
+        assert CALLS[PIXTRAL_APPLY] - before == 2  # one ropekit rotation per vision layer
         got_gen = model.generate(**kw, max_new_tokens=5, do_sample=False)
         ropekit.hf.unpatch(model)
     assert _rel(got, ref) <= 1e-4

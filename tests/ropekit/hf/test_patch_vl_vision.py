@@ -1,5 +1,5 @@
-"""Vision towers rotated by ropekit's dispatch (:mod:`ropekit.hf.vision_apply`): Pixtral (alone and inside a
-LLaVA) and Llama 4's vision encoder count one ropekit rotation per vision layer, equal the unpatched transformers
+"""Vision towers rotated by ropekit's dispatch (:mod:`ropekit.hf.vision_apply`): Pixtral (inside a LLaVA:
+test_patch_vision.py) and Llama 4's vision encoder count one ropekit rotation per vision layer, equal the unpatched transformers
 model (float32, <= 1e-4 relative; vision attention sharpened so the rotation matters), and a negative control
 (ropekit's tables shifted by one token, transformers' cos/sin untouched) moves the output; a bf16 Pixtral rotation
 is closer to a float64 oracle of the formula than transformers' bf16 tables; a modeling file without its vision
@@ -118,39 +118,6 @@ def test_llama4_vision_rotates_through_ropekit_per_layer() -> None:
     assert _rel(got, ref) <= 1e-4
     assert _rel(moved, ref) > 1e-3
     assert torch.equal(again, ref)  # unpatched: transformers' own table and function again
-
-
-def test_llava_with_pixtral_tower_counts_vision_rotations() -> None:
-    text = T.MistralConfig(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                           num_attention_heads=4, num_key_value_heads=2, head_dim=16, initializer_range=0.5,
-                           sliding_window=None, pad_token_id=0)  # fmt: skip
-    vision = T.PixtralVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-                                   image_size=32, patch_size=8)  # fmt: skip
-    cfg = T.LlavaConfig(text_config=text, vision_config=vision, image_token_index=5,
-                        vision_feature_select_strategy="full", vision_feature_layer=-1)  # fmt: skip
-    torch.manual_seed(0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model = T.LlavaForConditionalGeneration(cfg).eval()
-    _sharpen(model)
-    ids = torch.randint(6, 128, (1, 20), generator=torch.Generator().manual_seed(1))
-    ids[0, 2:18] = 5  # 16 image tokens: (32 / 8) ** 2 patches
-    kw = {
-        "input_ids": ids,
-        "pixel_values": torch.randn(1, 3, 32, 32),
-        "image_sizes": torch.tensor([[32, 32]]),
-    }
-    with torch.no_grad():
-        ref = model(**kw).logits
-        ref_gen = model.generate(**kw, max_new_tokens=4, do_sample=False)
-        ropekit.hf.patch(model)
-        before = CALLS[PIXTRAL_KEY]
-        got = model(**kw).logits
-        assert CALLS[PIXTRAL_KEY] - before == vision.num_hidden_layers
-        got_gen = model.generate(**kw, max_new_tokens=4, do_sample=False)
-        ropekit.hf.unpatch(model)
-    assert _rel(got, ref) <= 1e-4
-    assert torch.equal(got_gen, ref_gen)
 
 
 def test_refuses_a_vision_tower_whose_apply_function_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:

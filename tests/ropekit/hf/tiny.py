@@ -14,6 +14,7 @@ import inspect
 import warnings
 from typing import Any
 
+import torch
 import transformers
 from transformers.models.auto.configuration_auto import model_type_to_module_name
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
@@ -167,3 +168,28 @@ def tiny_config(model_type: str, **overrides: Any) -> Any:
         for key, value in {**OVERRIDES.get(model_type, {}), **overrides}.items():
             setattr(cfg, key, value)
     return cfg
+
+
+def build(model_type: str) -> Any:
+    """The family's causal LM from ``tiny_config``, random weights (seed 0), eager attention, eval mode."""
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return transformers.AutoModelForCausalLM.from_config(
+            tiny_config(model_type), attn_implementation="eager"
+        ).eval()
+
+
+def padded_inputs() -> tuple[torch.Tensor, torch.Tensor]:
+    """ids [2, 12] and their attention mask, the first row left-padded by 3."""
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(3, VOCAB, (2, 12), generator=g)
+    mask = torch.ones_like(ids)
+    mask[0, :3] = 0  # left padding
+    return ids, mask
+
+
+def rel_masked(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor) -> float:
+    """max |a - b| / max |a| over the unmasked tokens."""
+    m = mask.bool()
+    return float((a - b)[m].abs().max() / a[m].abs().max())

@@ -1,0 +1,135 @@
+"""RoPE fused with the paged KV-cache write (a block table like vLLM's), against an independent composition:
+rotate in float64 from the RoFormer formula, then index into a copy of the cache by slot. Half and interleaved
+pairs, partial rotary, float32/bfloat16, GQA, the C kernel and the PyTorch path, threads; and the validation
+(nothing is written when an argument is bad)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ropekit.kernels import cpu_build
+from ropekit.phases import rope_tables
+from ropekit.rotation import kv_cache
+from ropekit.rotation.kv_cache import rope_paged_cache_write
+from ropekit.spec import RopeSpec
+from tests.ropekit.rotation.kv_oracle import BASE, close, rope64
+
+
+@pytest.mark.parametrize(
+    ("dt", "layout", "r"), [(torch.float32, "half", 16), (torch.bfloat16, "interleaved", 8)]
+)
+def test_paged_against_float64_composition(backend: str, dt: torch.dtype, layout: str, r: int) -> None:
+    g = torch.Generator().manual_seed(1)
+    T, Hk, Hq, D, Dv, NB, BS = 7, 2, 6, 16, 8, 5, 4
+    spec = RopeSpec(D, base=BASE, rotary_dim=r, layout=layout)  # type: ignore[arg-type]
+    k, v, q = (torch.randn(T, h, d, generator=g).to(dt) for h, d in ((Hk, D), (Hk, Dv), (Hq, D)))
+    kv = torch.randn(2, NB, BS, Hk, D, generator=g).to(dt)  # one buffer for both caches, as in vLLM
+    ck, cv0 = kv[0], torch.randn(NB, BS, Hk, Dv, generator=g).to(dt)
+    cv = cv0.clone()
+    slots = torch.tensor([19, 0, 5, 6, 7, 12, 3])
+    pos = torch.tensor([3, 100, 4096, 5, 6, 70000, 2])
+    ref_k, ref_v = ck.double().clone(), cv0.double().clone()
+    ck_before, q0 = ck.clone(), q.clone()
+    rope_paged_cache_write(k, v, ck, cv, slots, spec, positions=pos, q=q)
+    rk = rope64(k, pos, r, layout)
+    for t in range(T):
+        blk, row = divmod(int(slots[t]), BS)
+        ref_k[blk, row], ref_v[blk, row] = rk[t], v[t].double()
+    close(ck, ref_k)
+    assert torch.equal(cv.double(), ref_v)
+    untouched = torch.ones(NB * BS, dtype=torch.bool)
+    untouched[slots] = False
+    assert torch.equal(ck.reshape(NB * BS, Hk, D)[untouched], ck_before.reshape(NB * BS, Hk, D)[untouched])
+    close(q, rope64(q0, pos, r, layout))
+
+
+@pytest.mark.parametrize(
+    ("slots", "positions", "match"),
+    [
+        (torch.tensor([0, 20, 1]), torch.arange(3), r"slots\[1\] = 20 is outside"),
+        (torch.tensor([0, -1, 1]), torch.arange(3), r"slots\[1\] = -1"),
+        (torch.tensor([4, 2, 4]), torch.arange(3), "distinct"),
+        (torch.tensor([0, 1, 2]), None, "needs positions"),
+        (torch.tensor([0, 1]), torch.arange(3), r"slots must have shape \(3,\)"),
+        (torch.tensor([0, 1, 2]), torch.tensor([0.5, float("nan"), 1.0]), "finite"),
+    ],
+)
+def test_paged_validation_writes_nothing(
+    slots: torch.Tensor, positions: torch.Tensor | None, match: str
+) -> None:
+    k, v = torch.randn(3, 2, 8), torch.randn(3, 2, 8)
+    ck, cv = torch.zeros(5, 4, 2, 8), torch.zeros(5, 4, 2, 8)
+    with pytest.raises(ValueError, match=match):
+        rope_paged_cache_write(k, v, ck, cv, slots, RopeSpec(8, base=BASE), positions=positions)
+    assert not ck.any() and not cv.any()
+
+
+def test_repeated_slot_among_many_tokens(backend: str) -> None:
+    T = 200  # above the quadratic check: the sorted one
+    slots = torch.randperm(800, generator=torch.Generator().manual_seed(5))[:T]
+    slots[150] = slots[17]
+    k = torch.randn(T, 1, 8)
+    ck, cv = torch.zeros(100, 8, 1, 8), torch.zeros(100, 8, 1, 8)
+    with pytest.raises(ValueError, match="distinct"):
+        rope_paged_cache_write(k, k, ck, cv, slots, RopeSpec(8, base=BASE), positions=torch.arange(T))
+    assert not ck.any() and not cv.any()
+
+
+def test_multithreaded_write_matches_the_torch_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Enough tokens for the kernel's thread pool (torch's thread setting permitting): same bits as PyTorch."""
+    if cpu_build.load() is None:
+        pytest.skip("no C compiler")
+    g = torch.Generator().manual_seed(6)
+    T, NB, BS = 601, 80, 16
+    spec = RopeSpec(128, base=BASE, layout="interleaved")
+    k, v, q = (torch.randn(T, h, 128, generator=g).to(torch.bfloat16) for h in (8, 8, 16))
+    slots = torch.randperm(NB * BS, generator=g)[:T]
+    pos = torch.randint(0, 50_000, (T,), generator=g)
+    outs = []
+    for use in (True, False):
+        monkeypatch.setattr(kv_cache, "use_kernel", lambda *xs, u=use: u)
+        ck, cv = (
+            torch.zeros(NB, BS, 8, 128, dtype=torch.bfloat16),
+            torch.zeros(NB, BS, 8, 128, dtype=torch.bfloat16),
+        )
+        qq = q.clone()
+        rope_paged_cache_write(k, v, ck, cv, slots, spec, positions=pos, q=qq)
+        outs.append((ck, cv, qq))
+    for a, b in zip(*outs, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_prepared_plan_repeats_the_full_path_and_still_checks_values() -> None:
+    """Decoding: the second call with the same geometry takes the prepared plan. It writes what the full path
+    writes (float64 oracle), and a bad slot, a repeated slot or an overlapping cache is still refused before any
+    write (the plan falls back to the full validation, which names the problem)."""
+    if cpu_build.load() is None:
+        pytest.skip("no C compiler")
+    from ropekit.rotation import kv_cache_kernel
+
+    g = torch.Generator().manual_seed(8)
+    spec = RopeSpec(16, base=BASE)
+    T, NB, BS = 4, 6, 4
+    ck, cv = torch.zeros(NB, BS, 2, 16), torch.zeros(NB, BS, 2, 16)
+    ref_k = ck.double().clone()
+    for step in range(3):
+        k, v = torch.randn(T, 2, 16, generator=g), torch.randn(T, 2, 16, generator=g)
+        slots = torch.tensor([step, 4 + step, 8 + step, 12 + step])
+        pos = torch.tensor([10, 20, 30, 40]) + step
+        rope_paged_cache_write(k, v, ck, cv, slots, spec, tables=rope_tables(pos, spec))
+        rk = rope64(k, pos, 16, "half")
+        for t in range(T):
+            ref_k[divmod(int(slots[t]), BS)] = rk[t]
+    assert kv_cache_kernel._PLANS  # the later calls had a plan
+    close(ck, ref_k)
+    k = torch.randn(T, 2, 16, generator=g)
+    tables = rope_tables(torch.arange(T), spec)
+    before = ck.clone()
+    with pytest.raises(ValueError, match=r"slots\[2\] = 24 is outside"):
+        rope_paged_cache_write(k, k, ck, cv, torch.tensor([0, 1, 24, 3]), spec, tables=tables)
+    with pytest.raises(ValueError, match="distinct"):
+        rope_paged_cache_write(k, k, ck, cv, torch.tensor([0, 1, 1, 3]), spec, tables=tables)
+    with pytest.raises(ValueError, match="overlap"):
+        rope_paged_cache_write(ck[0], k, ck, cv, torch.tensor([0, 1, 2, 3]), spec, tables=tables)
+    assert torch.equal(ck, before)
