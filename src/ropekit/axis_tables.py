@@ -16,8 +16,6 @@ Shapes: A axes, P any position shape, n = rotary_dim // 2 bands.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 from typing import Any, cast
 
 import torch
@@ -115,10 +113,9 @@ def axis_tables(
     return cos, sin
 
 
-@functools.lru_cache(maxsize=256)
 def _one_axis(spec: RopeSpec) -> RopeSpec:
-    """The same spec without its axis map: same frequencies, phase map, factor and layout."""
-    return dataclasses.replace(spec, axes=None)
+    """The same spec without its axis map: same frequencies, phase map, factor and layout (made by RopeSpec)."""
+    return cast(RopeSpec, getattr(spec, "_one_axis"))  # noqa: B009 (set in __post_init__, not a field)
 
 
 def apply_rope_axes(
@@ -315,7 +312,13 @@ def _cached_axis_tables(
     lookup). Positions the cache cannot serve (float, negative, beyond its limit) take the exact banded path."""
     assert spec.axes is not None
     dev: torch.device = rotary.inv_freq.device  # type: ignore[assignment]
-    if pos.dtype.is_floating_point or pos.numel() == 0 or dev.type == "meta" or pos.device.type == "meta":
+    if (
+        pos.dtype.is_floating_point
+        or pos.numel() == 0
+        or dev.type == "meta"
+        or pos.device.type == "meta"
+        or torch.compiler.is_compiling()  # traced: the gather reads the growing cache (host syncs, C call)
+    ):
         return axis_tables(pos, spec, device=dev)
     cache = getattr(rotary, "_cache", None)  # ropekit.table_cache.TableCache: rows [2, L, n], exact
     hit = _gather_bands(cache, pos.to(dev), spec) if hasattr(cache, "rows") else None

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
 import torch
@@ -146,6 +146,8 @@ class RopeSpec:
                     f"RopeSpec.axes covers {self.axes.n_bands} bands ({self.axes!r}) but rotary_dim={rd} has "
                     f"{rd // 2}; the sections must sum to rotary_dim // 2"
                 )
+            # the same spec without its axis map, made once: dataclasses.replace does not trace in torch.compile
+            object.__setattr__(self, "_one_axis", replace(self, axes=None))
 
     def __repr__(self) -> str:
         body = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr)

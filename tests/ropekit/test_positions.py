@@ -56,6 +56,13 @@ def test_cu_seqlens() -> None:
     ):
         with pytest.raises(ValueError, match=frag):
             positions_from_cu_seqlens(bad)
+    cu = torch.tensor([0, 3, 5])
+    assert positions_from_cu_seqlens(cu, total=5).tolist() == [0, 1, 2, 0, 1]
+    with pytest.raises(ValueError, match=r"ends at 5 tokens but total=6"):
+        positions_from_cu_seqlens(cu, total=6)
+    for total in (-1, 2.0, True):
+        with pytest.raises(ValueError, match=r"total must be a non-negative int"):
+            positions_from_cu_seqlens(cu, total=total)  # type: ignore[arg-type]
 
 
 def _scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:

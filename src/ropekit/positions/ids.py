@@ -70,7 +70,9 @@ def positions_from_mask(attention_mask: torch.Tensor, *, pad_position: int = 0) 
     if m.dtype != torch.bool:
         if m.dtype not in _INT:
             raise ValueError(f"attention_mask must be bool or integer 0/1, got {m.dtype}")
-        if m.numel() and not bool(((m == 0) | (m == 1)).all()):
+        if torch.compiler.is_compiling():  # traced: checked on the device, no host sync (raises when run)
+            torch._assert_async(((m == 0) | (m == 1)).all(), "attention_mask must contain only 0 and 1")
+        elif m.numel() and not bool(((m == 0) | (m == 1)).all()):
             raise ValueError(
                 f"attention_mask must contain only 0 and 1, found {sorted(set(m.flatten().tolist()))}"
             )
@@ -79,26 +81,55 @@ def positions_from_mask(attention_mask: torch.Tensor, *, pad_position: int = 0) 
     return pos.masked_fill(~real, int(pad_position))
 
 
-def positions_from_cu_seqlens(cu_seqlens: torch.Tensor) -> torch.Tensor:
+def positions_from_cu_seqlens(cu_seqlens: torch.Tensor, *, total: int | None = None) -> torch.Tensor:
     """Positions of packed documents, restarting at 0 for each document.
 
     Args:
         cu_seqlens: [n + 1] integer cumulative lengths, starting at 0 and non-decreasing
             (flash-attn's varlen convention), e.g. [0, 3, 5] for documents of lengths 3 and 2.
+        total: the number of tokens t (e.g. ``q.shape[0]``), checked against ``cu_seqlens[-1]``. Needed under
+            ``torch.compile``, where the output length cannot come from the tensor's values.
 
     Returns:
         int64 [t] with t = cu_seqlens[-1], e.g. [0, 1, 2, 0, 1].
+
+    Raises:
+        ValueError: a bad ``cu_seqlens`` (naming what is wrong), or ``total`` differing from its last entry.
+            Traced by ``torch.compile``, the value checks run on the device (``torch._assert_async``: a
+            RuntimeError with the same wording when the graph runs).
     """
+    tok, doc, cu = packed_documents(cu_seqlens, total)
+    return tok - cu[doc]
+
+
+def packed_documents(
+    cu_seqlens: torch.Tensor, total: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Checked packing: (token index [t], its document index [t], cu_seqlens as int64 [n + 1]); see
+    :func:`positions_from_cu_seqlens` for the arguments and errors."""
     cu = cu_seqlens
     if not isinstance(cu, torch.Tensor) or cu.dim() != 1 or cu.numel() < 1 or cu.dtype not in _INT:
         desc = f"{cu.dtype} of shape {tuple(cu.shape)}" if isinstance(cu, torch.Tensor) else type(cu).__name__
         raise ValueError(f"cu_seqlens must be a 1-D integer tensor [0, l0, l0 + l1, ...], got {desc}")
+    if total is not None and (isinstance(total, bool) or not isinstance(total, int) or total < 0):
+        raise ValueError(f"total must be a non-negative int (the token count), got {total!r}")
     cu = cu.to(torch.int64)
-    if int(cu[0]) != 0:
-        raise ValueError(f"cu_seqlens must start at 0, got {cu.tolist()[:8]}")
-    if cu.numel() > 1 and bool((cu[1:] < cu[:-1]).any()):
-        raise ValueError(f"cu_seqlens must be non-decreasing, got {cu.tolist()[:16]}")
-    total = int(cu[-1])
+    if torch.compiler.is_compiling():
+        if total is None:
+            raise ValueError(
+                "positions_from_cu_seqlens under torch.compile needs total= (the token count, e.g. q.shape[0]): "
+                "the output length cannot be read from cu_seqlens' values in a traced graph"
+            )
+        ok = (cu[0] == 0) & (cu[-1] == total) & (cu[1:] >= cu[:-1]).all()
+        torch._assert_async(ok, "cu_seqlens must start at 0, be non-decreasing and end at total")
+    else:
+        if int(cu[0]) != 0:
+            raise ValueError(f"cu_seqlens must start at 0, got {cu.tolist()[:8]}")
+        if cu.numel() > 1 and bool((cu[1:] < cu[:-1]).any()):
+            raise ValueError(f"cu_seqlens must be non-decreasing, got {cu.tolist()[:16]}")
+        if total is not None and int(cu[-1]) != total:
+            raise ValueError(f"cu_seqlens ends at {int(cu[-1])} tokens but total={total}")
+        total = int(cu[-1])
     tok = torch.arange(total, dtype=torch.int64, device=cu.device)
     doc = torch.searchsorted(cu[1:], tok, right=True)  # document index of each token
-    return tok - cu[doc]
+    return tok, doc, cu

@@ -92,6 +92,11 @@ def _check_slots(sl: torch.Tensor, capacity: int) -> None:
     T = sl.numel()
     if not T:
         return
+    if torch.compiler.is_compiling():  # traced: checked on the device when the graph runs, no host sync
+        srt = sl.sort().values
+        ok = (srt[0] >= 0) & (srt[-1] < capacity) & (srt[1:] != srt[:-1]).all()
+        torch._assert_async(ok, f"slots must be distinct and inside the cache (0 <= slot < {capacity})")
+        return
     lib = cpu_build.load() if sl.device.type == "cpu" else None
     if lib is not None:
         sl = sl.contiguous()
@@ -115,6 +120,10 @@ def _check_offsets(off: torch.Tensor, S: int, rows: int) -> None:
     B = off.numel()
     if not B:
         return
+    if torch.compiler.is_compiling():  # traced: checked on the device when the graph runs
+        ok = ((off >= 0) & (off + S <= rows)).all()
+        torch._assert_async(ok, f"offsets must fit {S} new tokens in a cache of {rows} rows (0 <= offset <= {rows - S})")
+        return
     lib = cpu_build.load() if off.device.type == "cpu" else None
     if lib is not None:
         off = off.contiguous()
@@ -136,8 +145,11 @@ def _no_overlap(outs: list[tuple[str, torch.Tensor]], ins: list[tuple[str, torch
     """Refuse a cache that overlaps the other cache or an input (the result would depend on the write order).
 
     Inputs may share a buffer (k and v as views of a packed qkv tensor), and the two caches may be halves of one
-    tensor (``kv[0]``, ``kv[1]``): only the memory spans of distinct tensors are compared.
+    tensor (``kv[0]``, ``kv[1]``): only the memory spans of distinct tensors are compared. Traced by
+    ``torch.compile`` there are no storage addresses to compare: the check runs in eager calls only.
     """
+    if torch.compiler.is_compiling():
+        return
     spans = [(n, _byte_range(x)) for n, x in outs + ins if x.numel()]
     n_out = sum(1 for _, x in outs if x.numel())
     for i, (na, (a0, a1)) in enumerate(spans[:n_out]):
@@ -219,7 +231,7 @@ def rope_cache_write(
         ValueError / TypeError naming the argument, before anything is written.
     """
     plan_key = None
-    if tables is not None and positions is None and isinstance(offsets, torch.Tensor):
+    if tables is not None and positions is None and isinstance(offsets, torch.Tensor) and not torch.compiler.is_compiling():
         plan_key = (f"{format}/{cache_format}", k, v, cache_k, cache_v, offsets, q, tables, spec)
         if fast_write(plan_key):
             return q
@@ -299,7 +311,7 @@ def rope_paged_cache_write(
         ValueError / TypeError naming the argument, before anything is written.
     """
     plan_key = None
-    if tables is not None and positions is None and isinstance(slots, torch.Tensor):
+    if tables is not None and positions is None and isinstance(slots, torch.Tensor) and not torch.compiler.is_compiling():
         plan_key = ("paged", k, v, cache_k, cache_v, slots, q, tables, spec)
         if fast_write(plan_key):
             return q

@@ -46,7 +46,8 @@ class _Plan:
 def use_kernel(*xs: torch.Tensor | None) -> bool:
     ts = [x for x in xs if x is not None]
     return (
-        all(x.device.type == "cpu" and x.stride(-1) == 1 for x in ts)
+        not torch.compiler.is_compiling()  # ctypes does not trace: the PyTorch path in a compiled graph
+        and all(x.device.type == "cpu" and x.stride(-1) == 1 for x in ts)
         and ts[0].dtype in _FN
         and cpu_build.load() is not None
     )

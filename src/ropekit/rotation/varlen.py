@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from ropekit.positions import positions_from_cu_seqlens
+from ropekit.positions.ids import packed_documents
 from ropekit.rotation.apply import apply_rope
 from ropekit.spec import RopeSpec
 
@@ -34,16 +34,21 @@ def apply_rope_varlen(
     Raises:
         ValueError: if cu_seqlens does not end at t (= q.shape[0]) or offsets is not [n] integers.
     """
-    pos = positions_from_cu_seqlens(cu_seqlens)
-    if not isinstance(q, torch.Tensor) or q.dim() != 3 or pos.numel() != q.shape[0]:
+    if not isinstance(q, torch.Tensor) or q.dim() != 3:
         shape = tuple(q.shape) if isinstance(q, torch.Tensor) else type(q).__name__
-        raise ValueError(
-            f"cu_seqlens ends at {pos.numel()} tokens but q must be [tokens, heads, head_dim] with that many, got {shape}"
-        )
+        raise ValueError(f"q must be [tokens, heads, head_dim], got {shape}")
+    if not torch.compiler.is_compiling() and isinstance(cu_seqlens, torch.Tensor) and cu_seqlens.numel():
+        ends = int(cu_seqlens[-1])
+        if ends != q.shape[0]:
+            raise ValueError(
+                f"cu_seqlens ends at {ends} tokens but q must be [tokens, heads, head_dim] with that many, "
+                f"got {tuple(q.shape)}"
+            )
+    tok, doc, cu = packed_documents(cu_seqlens, q.shape[0])  # traced: checked on the device
+    pos = tok - cu[doc]
     if offsets is not None:
-        n = cu_seqlens.numel() - 1
+        n = cu.numel() - 1
         if not isinstance(offsets, torch.Tensor) or offsets.shape != (n,) or offsets.is_floating_point():
             raise ValueError(f"offsets must be an integer tensor of shape ({n},), got {offsets!r}")
-        lens = (cu_seqlens[1:] - cu_seqlens[:-1]).to(torch.int64)
-        pos = pos + torch.repeat_interleave(offsets.to(torch.int64).to(pos.device), lens.to(pos.device))
+        pos = pos + offsets.to(torch.int64).to(pos.device)[doc]
     return apply_rope(q, k, pos.to(q.device), spec, format="thd", inplace=inplace, backend=backend)

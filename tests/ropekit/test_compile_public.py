@@ -1,0 +1,166 @@
+"""Every public callable of ``ropekit`` under ``torch.compile(fullgraph=True)``: no graph break, the eager values.
+
+The list is enumerated from ``ropekit.__all__``: a new public function or module without an example here fails
+``test_every_public_callable_has_an_example``. Found by writing it: ``apply_rope_axes`` / ``axis_tables``
+(``dataclasses.replace`` in the trace), ``apply_rope_varlen`` / ``positions_from_cu_seqlens`` /
+``positions_from_mask`` (value checks with host syncs), the KV-cache writes (the C kernel's load lock, ctypes
+checks) and multi-axis ``Rotary`` broke the graph. Traced, value checks run on the device
+(``torch._assert_async``); ``test_traced_checks_still_refuse_bad_values`` shows they still refuse.
+
+Oracle: the same call in eager mode (itself tested against float64 references elsewhere). Backend "eager":
+dynamo's tracing is what breaks; inductor's code generation is covered by tests/ropekit/rotation/test_compile.py.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+import ropekit
+from ropekit import AxisMap, RopeSpec
+
+S = RopeSpec(16, base=1e4)
+M = RopeSpec(16, base=1e4, axes=AxisMap.contiguous((2, 3, 3)))
+#: not called: value types (validated at construction, no tensors), the version string, the schemes' module
+NOT_CALLABLES = {
+    "AxisMap": "frozen dataclass",
+    "RopeSpec": "frozen dataclass",
+    "__version__": "str",
+    "scaling": "module",
+}
+
+
+def _g(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+#: inputs made outside the traced functions (a generator cannot be created inside a graph)
+_QS = {
+    (seed, heads): torch.randn(2, 5, heads, 16, generator=_g(seed))
+    for seed, heads in ((5, 4), (6, 2), (6, 4), (7, 4), (8, 2))
+}
+_K1, _K2, _Q3 = (
+    torch.randn(*shape, generator=_g(i))
+    for i, shape in ((1, (2, 3, 2, 16)), (2, (5, 2, 16)), (3, (5, 4, 16)))
+)
+
+
+def _pos3(n: int, shift: int) -> torch.Tensor:
+    t = torch.arange(n) + shift
+    return torch.stack([t, t // 2, t % 3])[:, None, :].expand(3, 2, n).contiguous()
+
+
+def _cache_write(shift: int) -> tuple[torch.Tensor, ...]:
+    k = _K1
+    ck, cv = torch.zeros(2, 2, 16, 16), torch.zeros(2, 2, 16, 16)
+    ropekit.rope_cache_write(k, k, ck, cv, torch.tensor([shift, 3 + shift]), S)
+    return ck, cv
+
+
+def _paged_write(shift: int) -> tuple[torch.Tensor, ...]:
+    k, q = _K2, _Q3.clone()
+    ck, cv = torch.zeros(4, 4, 2, 16), torch.zeros(4, 4, 2, 16)
+    slots = torch.tensor([0, 5, 6, 9, 14]) + shift
+    ropekit.rope_paged_cache_write(k, k, ck, cv, slots, S, positions=torch.arange(5) + 7 * shift, q=q)
+    return ck, cv, q
+
+
+_ROTARY = ropekit.Rotary(S)
+_ROTARY_AXES = ropekit.Rotary(M)
+_MIXED = ropekit.MixedRotary(16, 4, generator=_g(4))
+_DINO = ropekit.DinoV3Rotary(16)
+
+
+def _q(seed: int, heads: int = 4) -> torch.Tensor:
+    return _QS[(seed, heads)]
+
+
+#: name -> f(shift): two calls (shift 0, then 1) must run the same graph shape with other values
+EXAMPLES: dict[str, Callable[[int], Any]] = {
+    "apply_rope": lambda s: ropekit.apply_rope(_q(5), _q(6, 2), torch.arange(5).expand(2, 5) + s, S),
+    "apply_rope_tables": lambda s: ropekit.apply_rope_tables(
+        _q(5), _q(6, 2), *ropekit.rope_tables(torch.arange(5) + s, S), S
+    ),
+    "apply_rope_axes": lambda s: ropekit.apply_rope_axes(_q(5), _q(6, 2), _pos3(5, s), M),
+    "apply_rope_varlen": lambda s: ropekit.apply_rope_varlen(
+        _q(7)[0], _q(8, 2)[0], torch.tensor([0, 2, 5]), S, offsets=torch.tensor([3, 9]) + s
+    ),
+    "axis_tables": lambda s: ropekit.axis_tables(_pos3(5, s), M),
+    "rope_tables": lambda s: ropekit.rope_tables(torch.arange(6) + s, S),
+    "positions_from_cu_seqlens": lambda s: ropekit.positions_from_cu_seqlens(
+        torch.tensor([0, 2 + s, 5]), total=5
+    ),
+    "positions_from_mask": lambda s: ropekit.positions_from_mask(torch.tensor([[0, s, 1, 1], [1, 1, 1, 1]])),
+    "positions_with_offset": lambda s: ropekit.positions_with_offset(5, torch.tensor([3, 7]) + s),
+    "rope_cache_write": _cache_write,
+    "rope_paged_cache_write": _paged_write,
+    "Rotary": lambda s: (
+        _ROTARY(_q(5), _q(6, 2), positions=torch.arange(5) + s),
+        _ROTARY_AXES(_q(5), _q(6, 2), positions=_pos3(5, s)),
+    ),
+    "MixedRotary": lambda s: _MIXED(
+        _q(5), _q(6), positions=torch.stack([torch.arange(5.0) + s, torch.arange(5.0)])
+    ),
+    "DinoV3Rotary": lambda s: _DINO(_q(5)[:, :5], None, grid=(2, 2)),
+}
+
+
+def _flat(x: Any) -> list[torch.Tensor]:
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, (tuple, list)):
+        return [t for item in x for t in _flat(item)]
+    return []
+
+
+def test_every_public_callable_has_an_example() -> None:
+    public = set(ropekit.__all__) - set(NOT_CALLABLES)
+    assert public == set(EXAMPLES), (
+        f"public names without a compile example: {sorted(public - set(EXAMPLES))}"
+    )
+    for name in NOT_CALLABLES:
+        obj = getattr(ropekit, name)
+        assert inspect.ismodule(obj) or isinstance(obj, str) or inspect.isclass(obj)
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_public_callable_compiles_fullgraph_with_eager_values(name: str) -> None:
+    fn = EXAMPLES[name]
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, fullgraph=True, backend="eager")  # a graph break raises
+    for shift in (0, 1):
+        want, got = _flat(fn(shift)), _flat(compiled(shift))
+        assert len(want) == len(got) > 0
+        for a, b in zip(want, got, strict=True):
+            torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-6)
+
+
+def test_traced_checks_still_refuse_bad_values() -> None:
+    """Value checks moved to the device in a trace: bad values still raise (RuntimeError naming the rule)."""
+    torch._dynamo.reset()
+    mask = torch.compile(ropekit.positions_from_mask, fullgraph=True, backend="eager")
+    with pytest.raises(RuntimeError, match="only 0 and 1"):
+        mask(torch.tensor([[0, 2, 1]]))
+    cu = torch.compile(
+        lambda c: ropekit.positions_from_cu_seqlens(c, total=5), fullgraph=True, backend="eager"
+    )
+    with pytest.raises(RuntimeError, match="non-decreasing"):
+        cu(torch.tensor([0, 3, 2, 5]))
+    with pytest.raises(RuntimeError, match="end at total"):
+        cu(torch.tensor([0, 2, 4]))
+    with pytest.raises(Exception, match="total="):  # no total: the output length would be data
+        torch.compile(ropekit.positions_from_cu_seqlens, fullgraph=True, backend="eager")(
+            torch.tensor([0, 5])
+        )
+    paged = torch.compile(_paged_write, fullgraph=True, backend="eager")
+    with pytest.raises(RuntimeError, match="distinct and inside the cache"):
+        paged(2)  # slots 2 .. 16: 16 is outside the 16-slot cache
+    k = torch.randn(1, 3, 2, 16)
+    ck = torch.zeros(1, 2, 4, 16)
+    write = torch.compile(ropekit.rope_cache_write, fullgraph=True, backend="eager")
+    with pytest.raises(RuntimeError, match="offsets must fit 3 new tokens"):
+        write(k, k, ck, ck.clone(), torch.tensor([2]), S)  # 2 + 3 > 4 rows
