@@ -30,6 +30,7 @@ __all__ = [
     "Corpus",
     "load_corpus",
     "passkey_batch",
+    "passkey_training_batch",
     "recall_batch",
     "train_batch",
     "unigram_perplexity",
@@ -117,6 +118,30 @@ def train_batch(
     return w[:, :-1], w[:, 1:]
 
 
+_QUESTION = b" What is the pass key? The pass key is "
+_CUE, _MIDDLE = b" The pass key is ", b". Remember it. "
+
+
+def _passkey_rows(
+    batch: int, length: int, gen: torch.Generator, depth: float | None
+) -> list[tuple[bytes, bytes, int]]:
+    """(sequence, key, index of the needle) per row; see :func:`passkey_batch`."""
+    out = []
+    for _ in range(batch):
+        key = b"%05d" % int(torch.randint(0, 100000, (1,), generator=gen))
+        needle = _CUE + key + _MIDDLE + key + b" is the pass key. "
+        room = length - len(_QUESTION) - 5 - len(needle)
+        if room < 0:
+            raise ValueError(
+                f"length {length} is too short for the passkey task (needs >= {len(_QUESTION) + 5 + len(needle)})"
+            )
+        d = float(torch.rand(1, generator=gen)) if depth is None else depth
+        filler = (FILLER * (room // len(FILLER) + 2))[:room]
+        at = round(d * room)
+        out.append((filler[:at] + needle + filler[at:] + _QUESTION + key, key, at))
+    return out
+
+
 def passkey_batch(
     batch: int, length: int, gen: torch.Generator, depth: float | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -125,23 +150,30 @@ def passkey_batch(
     Returns (tokens [b, L], digits [b, 5] bytes, answer start index). With ``depth`` (0..1) the key sits at that
     relative depth of the filler; else at a random depth per sequence.
     """
-    q = b" What is the pass key? The pass key is "
-    rows, keys = [], []
-    for _ in range(batch):
-        key = b"%05d" % int(torch.randint(0, 100000, (1,), generator=gen))
-        needle = b" The pass key is " + key + b". Remember it. " + key + b" is the pass key. "
-        room = length - len(q) - 5 - len(needle)
-        if room < 0:
-            raise ValueError(
-                f"length {length} is too short for the passkey task (needs >= {len(q) + 5 + len(needle)})"
-            )
-        d = float(torch.rand(1, generator=gen)) if depth is None else depth
-        filler = (FILLER * (room // len(FILLER) + 2))[:room]
-        at = round(d * room)
-        seq = filler[:at] + needle + filler[at:] + q + key
-        rows.append(list(seq))
-        keys.append(list(key))
-    return torch.tensor(rows), torch.tensor(keys), length - 5
+    rows = _passkey_rows(batch, length, gen, depth)
+    return (
+        torch.tensor([list(r) for r, _, _ in rows]),
+        torch.tensor([list(k) for _, k, _ in rows]),
+        length - 5,
+    )
+
+
+def passkey_training_batch(
+    batch: int, length: int, gen: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inputs [b, L] and next-byte targets [b, L] of passkey sequences (length L + 1, random depth) whose targets
+    are -100 (ignored by ``cross_entropy``) except at the key's two copies: the repeat inside the needle and the
+    answer. The rest is unlearnable (the key's first occurrence is random) or carries no signal about retrieval
+    (the filler is one fixed text), and with every byte in the loss the 10 copied digits are 8% of it: tiny models
+    then never learn to copy (every encoding at 0% in-distribution after 800 steps)."""
+    rows = _passkey_rows(batch, length + 1, gen, None)
+    tokens = torch.tensor([list(r) for r, _, _ in rows])
+    targets = torch.full((batch, length), -100, dtype=torch.int64)
+    for i, (_, _, at) in enumerate(rows):
+        repeat = at + len(_CUE) + 5 + len(_MIDDLE)
+        for start in (repeat, length + 1 - 5):  # token index of each copy's first digit in the sequence
+            targets[i, start - 1 : start + 4] = tokens[i, start : start + 5]  # target t predicts token t + 1
+    return tokens[:, :-1], targets
 
 
 def recall_batch(batch: int, pairs: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:

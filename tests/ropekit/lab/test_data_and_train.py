@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ropekit.lab.data import load_corpus, passkey_batch, recall_batch, train_batch
+from ropekit.lab.data import load_corpus, passkey_batch, passkey_training_batch, recall_batch, train_batch
 from ropekit.lab.model import LMConfig, TinyLM
 from ropekit.lab.train import load_checkpoint, train
 
@@ -41,6 +41,25 @@ def test_tasks() -> None:
     assert x.shape == (2, 24) and y.shape == (2,)
     xb, yb = train_batch(torch.arange(100, dtype=torch.uint8), 2, 10, g)
     assert torch.equal(xb[:, 1:], yb[:, :-1])
+
+
+def test_passkey_training_targets_are_the_key_copies_only() -> None:
+    """Oracle: the key's occurrences found by searching the text; the targets kept are the digits of the second
+    (the repeat in the needle) and third (the answer) occurrence, each predicted from the byte before it."""
+    g = torch.Generator().manual_seed(3)
+    x, y = passkey_training_batch(8, 128, g)
+    assert x.shape == y.shape == (8, 128)
+    for i in range(8):
+        kept = (y[i] != -100).nonzero().flatten().tolist()
+        text = bytes(x[i].tolist()) + bytes([int(y[i, -1])])  # the sequence: inputs plus the last target
+        key = text[-5:]
+        first = text.index(key)
+        second = text.index(key, first + 5)
+        third = text.index(key, second + 5)
+        assert third == 128 + 1 - 5 and text.count(key) == 3
+        assert kept == [t - 1 for t in range(second, second + 5)] + [t - 1 for t in range(third, third + 5)]
+        assert bytes(y[i, kept].tolist()) == key + key
+        assert torch.equal(y[i, kept[:5]], x[i, second : second + 5])  # next-byte targets
 
 
 def test_resumed_training_equals_uninterrupted(tmp_path: Path) -> None:

@@ -10,12 +10,13 @@ Kazemnejad et al. 2023 (NoPE best on length generalisation, RoPE poor past ~1.5x
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ropekit.lab.data import passkey_batch
+from ropekit.lab.data import passkey_batch, passkey_training_batch
 from ropekit.lab.experiments.common import environment, md_table, prepare, trained_model, write_outputs
 from ropekit.lab.model import TinyLM
 from ropekit.lab.verdicts import Verdict, above, below, greater
@@ -23,6 +24,8 @@ from ropekit.lab.verdicts import Verdict, above, below, greater
 __all__ = ["accuracy", "claims", "run"]
 
 ENCODINGS = ("nope", "sinusoidal", "learned", "alibi", "t5", "rope")
+#: peak learning rate of the full passkey run (the quick mode's; a RoPE model copies the key after ~500 steps there)
+PEAK_LR = 3e-3
 
 
 @torch.no_grad()
@@ -52,6 +55,10 @@ def run(
     b, data = prepare(
         quick, steps, tiny, corpus, precision
     )  # the corpus is unused by the task (kept for symmetry)
+    if (
+        not quick and not tiny
+    ):  # copying emerges late: at the full budget's 1e-3 the models had not learned it
+        b = dataclasses.replace(b, lr=PEAK_LR)
     trials = 3 if tiny else (10 if quick else 20)
     mults = (1, 2, 4) if tiny else (1, 2, 4, 8)
     rows: list[dict[str, Any]] = []
@@ -65,8 +72,8 @@ def run(
                 b=b,
                 seed=seed,
                 out=out,
-                tag=f"passkey-{enc}",
-                batcher=lambda g: _batch(b.batch, train_len, g),
+                tag=f"passkey-copies-{enc}",  # loss on the key's copies (older checkpoints: every byte)
+                batcher=lambda g: passkey_training_batch(b.batch, train_len, g),
             )
             tput[enc] = round(tr.tokens_per_second)
             for m in mults:
@@ -93,7 +100,10 @@ def run(
         return sum(v) / len(v)
 
     md = f"# Passkey retrieval: trained at {train_len}, tested at up to {mults[-1]}x\n\n"
-    md += f"{b.steps} training steps of {b.batch} passkey sequences; {trials} trials per length at depths 0.1..0.9.\n\n"
+    md += (
+        f"{b.steps} training steps of {b.batch} passkey sequences (peak lr {b.lr:g}; loss on the key's two copies "
+        f"only); {trials} trials per length at depths 0.1..0.9.\n\n"
+    )
     md += md_table(
         ["encoding"] + [f"{m}x" for m in mults],
         [[e] + [mean(e, m * train_len) for m in mults] for e in encodings],
@@ -118,11 +128,6 @@ def run(
 
     result["files"] = write_outputs(out, "passkey", result, md, plot)
     return result
-
-
-def _batch(batch: int, length: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    tokens, _, _ = passkey_batch(batch, length + 1, g)
-    return tokens[:, :-1], tokens[:, 1:]
 
 
 def claims(res: dict[str, Any]) -> list[Verdict]:
