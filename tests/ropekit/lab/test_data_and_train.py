@@ -131,3 +131,23 @@ def test_unigram_perplexity_matches_counts() -> None:
     t = torch.frombuffer(bytearray(train), dtype=torch.uint8)
     v = torch.frombuffer(bytearray(valid), dtype=torch.uint8)
     assert unigram_perplexity(t, v) == pytest.approx(math.exp(nll), rel=1e-12)
+
+
+def test_passkey_accuracy_at_the_training_length_sees_the_training_sequences() -> None:
+    """The first answer digit is predicted after the same prompt length in evaluation as in training (an
+    off-by-one here made models that had learned to copy miss by one digit at 1x)."""
+    from ropekit.lab.experiments.passkey import accuracy
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.prompts: list[int] = []
+
+        def generate(self, tokens: torch.Tensor, n: int) -> torch.Tensor:
+            self.prompts.append(tokens.shape[1])
+            return torch.zeros(1, n, dtype=torch.int64)
+
+    rec = Recorder()
+    accuracy(rec, 128, 3, 0)  # type: ignore[arg-type]
+    _, y = passkey_training_batch(4, 128, torch.Generator().manual_seed(0))
+    answer_at = [int((row != -100).nonzero()[-5]) for row in y]  # position predicting the answer's first digit
+    assert set(rec.prompts) == {answer_at[0] + 1} == {a + 1 for a in answer_at}

@@ -30,6 +30,11 @@ PEAK_LR = 3e-3
 
 @torch.no_grad()
 def accuracy(model: TinyLM, length: int, trials: int, seed: int) -> float:
+    """Exact-key accuracy of greedy decoding with a context of ``length`` tokens: sequences of ``length + 1`` bytes,
+    prompt up to the answer, 5 digits generated (the last digit is predicted at position ``length - 1``). A context
+    of the training length is then exactly the training sequences' (:func:`passkey_training_batch` trains on
+    ``train_len + 1`` bytes); one byte shorter, a model that learned to copy in training can miss by one digit."""
+    length += 1
     g = torch.Generator().manual_seed(seed)
     hits = 0
     depths = [0.1 + 0.8 * i / max(1, trials - 1) for i in range(trials)]
