@@ -10,7 +10,7 @@ import os
 import sys
 
 from ropekit.cli.main import main
-from ropekit.lab.distributed import setup
+from ropekit.lab.distributed import setup, teardown
 
 
 def run(argv: list[str]) -> int:
@@ -22,9 +22,7 @@ def run(argv: list[str]) -> int:
             return main(["lab", *argv])
     finally:
         if size > 1:
-            import torch.distributed as dist
-
-            dist.destroy_process_group()
+            teardown()
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import os
 import torch
 import torch.distributed as dist
 
-__all__ = ["is_main", "setup", "world"]
+__all__ = ["is_main", "setup", "teardown", "world"]
 
 
 def setup() -> tuple[int, int]:
@@ -37,3 +37,12 @@ def world() -> tuple[int, int]:
 
 def is_main() -> bool:
     return world()[0] == 0
+
+
+def teardown() -> None:
+    """Leave the process group together: a barrier, then ``destroy_process_group``. Rank 0 writes results after
+    training while the others are done; a rank that destroyed its gloo context while a peer still held the
+    connection could abort at exit ("terminate called without an active exception", seen in CI)."""
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()

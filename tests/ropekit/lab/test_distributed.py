@@ -20,7 +20,7 @@ WORKER = """
 import json, sys
 import torch
 from ropekit.lab.data import train_batch
-from ropekit.lab.distributed import setup
+from ropekit.lab.distributed import setup, teardown
 from ropekit.lab.model import LMConfig, TinyLM
 from ropekit.lab.train import train
 
@@ -34,7 +34,7 @@ if rank == 0:
     with open(sys.argv[1], "w") as f:
         json.dump({"size": size, "losses": res.losses,
                    "weights": {k: v.flatten().tolist() for k, v in model.state_dict().items()}}, f)
-torch.distributed.destroy_process_group()
+teardown()
 """
 
 
