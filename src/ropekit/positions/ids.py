@@ -128,7 +128,9 @@ def packed_documents(
         if cu.numel() > 1 and bool((cu[1:] < cu[:-1]).any()):
             raise ValueError(f"cu_seqlens must be non-decreasing, got {cu.tolist()[:16]}")
         if total is not None and int(cu[-1]) != total:
-            raise ValueError(f"cu_seqlens ends at {int(cu[-1])} tokens but total={total}")
+            raise ValueError(
+                f"cu_seqlens ends at {int(cu[-1])} tokens but total={total} (the token count, e.g. q.shape[0])"
+            )
         total = int(cu[-1])
     tok = torch.arange(total, dtype=torch.int64, device=cu.device)
     doc = torch.searchsorted(cu[1:], tok, right=True)  # document index of each token

@@ -217,9 +217,6 @@ def _params() -> list[object]:
     ]
 
 
-_build, _inputs, _rel = build, padded_inputs, rel_masked
-
-
 def test_table_is_complete() -> None:
     """Every family transformers ships with a rotary class is classified (a new one fails until it is)."""
     missing = [mt for mt in _ALL if mt not in EXPECTED]
@@ -230,7 +227,7 @@ def test_table_is_complete() -> None:
 @pytest.mark.parametrize("model_type", _params())
 def test_family(model_type: str) -> None:
     status, reason = EXPECTED[model_type]
-    ref = _build(model_type)
+    ref = build(model_type)
     ours = copy.deepcopy(ref)
     if status == "refused":
         with pytest.raises(ValueError, match=re.escape(reason)):
@@ -242,7 +239,7 @@ def test_family(model_type: str) -> None:
         ropekit.hf.patch(ours)
     modeling = {type(m).__mro__[2].__module__ for m in ours.modules() if isinstance(m, RopekitRotary)}
     assert modeling
-    ids, mask = _inputs()
+    ids, mask = padded_inputs()
     before = sum(n for (mod, _), n in CALLS.items() if mod in modeling)
     with torch.no_grad():
         a = ref(input_ids=ids, attention_mask=mask).logits
@@ -250,7 +247,7 @@ def test_family(model_type: str) -> None:
     assert sum(n for (mod, _), n in CALLS.items() if mod in modeling) > before, (
         "ropekit's kernels did not rotate"
     )
-    assert _rel(a, b, mask) < 1e-4
+    assert rel_masked(a, b, mask) < 1e-4
     kw = {"max_new_tokens": 3, "do_sample": False, "pad_token_id": 0}
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -265,7 +262,7 @@ def test_family(model_type: str) -> None:
             }
     with torch.no_grad():
         c = ours(input_ids=ids, attention_mask=mask).logits
-    assert _rel(a, c, mask) > 2e-4
+    assert rel_masked(a, c, mask) > 2e-4
 
 
 # ---------------------------------------------------------------------------------------------- the docs' list

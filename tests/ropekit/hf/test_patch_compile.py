@@ -33,9 +33,6 @@ from tiny import build, padded_inputs, rel_masked
 FAMILIES = ["llama", "phi", "glm", "cohere", "deepseek_v3", "llama4_text"]
 
 
-_build, _inputs, _rel = build, padded_inputs, rel_masked
-
-
 def _compiled_logits(model: Any, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     torch._dynamo.reset()
     fn = torch.compile(model, backend="eager", fullgraph=True)  # fullgraph: a graph break raises
@@ -45,19 +42,19 @@ def _compiled_logits(model: Any, ids: torch.Tensor, mask: torch.Tensor) -> torch
 
 @pytest.mark.parametrize("model_type", FAMILIES)
 def test_compiled_patched_forward(model_type: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    ref = _build(model_type)
-    ids, mask = _inputs()
+    ref = build(model_type)
+    ids, mask = padded_inputs()
     with torch.no_grad():
         want = ref(input_ids=ids, attention_mask=mask, use_cache=False).logits
     model = copy.deepcopy(ref)
     ropekit.hf.patch(model)
-    assert _rel(want, _compiled_logits(model, ids, mask), mask) < 1e-4
+    assert rel_masked(want, _compiled_logits(model, ids, mask), mask) < 1e-4
 
     # negative controls: the graph reads ropekit's tables (positions doubled there move the logits; a shift would not:
     # the logits depend only on position differences) ...
     real_tables = hf_rotary.rope_tables
     monkeypatch.setattr(hf_rotary, "rope_tables", lambda pos, spec, **kw: real_tables(pos * 2, spec, **kw))
-    assert _rel(want, _compiled_logits(model, ids, mask), mask) > 1e-3
+    assert rel_masked(want, _compiled_logits(model, ids, mask), mask) > 1e-3
     monkeypatch.setattr(hf_rotary, "rope_tables", real_tables)
     # ... and rotates through ropekit's apply (an identity rotation there moves them). Not Llama 4: its attention
     # calls freqs_cis.to(device), which in eager returns the tagged tensor itself but in a trace a new one, so the
@@ -68,7 +65,7 @@ def test_compiled_patched_forward(model_type: str, monkeypatch: pytest.MonkeyPat
         return real(q, k, torch.ones_like(cos), torch.zeros_like(sin), spec, **kw)
 
     monkeypatch.setattr(hf_apply, "apply_rope_tables", unrotated)
-    moved = _rel(want, _compiled_logits(model, ids, mask), mask)
+    moved = rel_masked(want, _compiled_logits(model, ids, mask), mask)
     assert (moved < 1e-4) if model_type == "llama4_text" else (moved > 1e-3)
 
 
@@ -77,8 +74,8 @@ def test_compiled_generate_static_cache_does_not_recompile() -> None:
     smaller length reuses the compiled forward (dynamo raises on any recompilation); tokens equal unpatched."""
     from transformers import CompileConfig
 
-    ref = _build("llama")
-    ids, mask = _inputs()
+    ref = build("llama")
+    ids, mask = padded_inputs()
     kw: dict[str, Any] = {"attention_mask": mask, "do_sample": False, "cache_implementation": "static"}
     want5 = ref.generate(ids, max_new_tokens=5, **kw)
     want2 = ref.generate(ids, max_new_tokens=2, **kw)

@@ -14,7 +14,7 @@ T = pytest.importorskip("transformers")
 
 import ropekit.hf
 from ropekit.hf.apply import CALLS
-from ropekit.hf.patch_vl import RopekitLlama4VisionRotary, RopekitVLRotary
+from ropekit.hf.patch_vl import RopekitVLRotary
 from ropekit.hf.rotary import RopekitRotary
 
 PIXTRAL_APPLY = ("transformers.models.pixtral.modeling_pixtral", "apply_rotary_pos_emb")
@@ -38,23 +38,6 @@ def test_pixtral_vision_encoder_equal_at_two_resolutions() -> None:
                 got = model(x, image_sizes=[(h, w)]).last_hidden_state
         assert _rel(got, ref) <= 1e-4
     assert type(model.patch_positional_embedding).__name__ == "PixtralVisionRotaryEmbedding"
-
-
-def test_llama4_vision_encoder_equal() -> None:
-    cfg = T.Llama4VisionConfig(hidden_size=64, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
-                               image_size=56, patch_size=14, vision_output_dim=64, projector_input_dim=64,
-                               projector_output_dim=64, pixel_shuffle_ratio=0.5)  # fmt: skip
-    torch.manual_seed(0)
-    model = T.Llama4VisionModel(cfg).eval()
-    x = torch.randn(1, 3, 56, 56)
-    with torch.no_grad():
-        ref = model(x).last_hidden_state
-        ropekit.hf.patch(model)
-        assert isinstance(model.rotary_embedding, RopekitLlama4VisionRotary)
-        got = model(x).last_hidden_state
-        ropekit.hf.unpatch(model)
-        assert type(model.rotary_embedding).__name__ == "Llama4VisionRotaryEmbedding"
-    assert _rel(got, ref) <= 1e-4
 
 
 def _llava() -> torch.nn.Module:

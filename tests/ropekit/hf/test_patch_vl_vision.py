@@ -19,6 +19,7 @@ T = pytest.importorskip("transformers")
 import ropekit.hf
 import ropekit.hf.patch_vl as patch_vl_module
 from ropekit.hf.apply import CALLS
+from ropekit.hf.patch_vl import RopekitLlama4VisionRotary
 from ropekit.hf.rotary import ROPEKIT_TABLES, RopekitTables
 
 
@@ -105,6 +106,7 @@ def test_llama4_vision_rotates_through_ropekit_per_layer() -> None:
     with torch.no_grad():
         ref = model(x).last_hidden_state
         ropekit.hf.patch(model)
+        assert isinstance(model.rotary_embedding, RopekitLlama4VisionRotary)
         before = CALLS[LLAMA4_KEY]
         got = model(x).last_hidden_state
         assert CALLS[LLAMA4_KEY] - before == cfg.num_hidden_layers
@@ -114,6 +116,7 @@ def test_llama4_vision_rotates_through_ropekit_per_layer() -> None:
         info.sin.copy_(info.sin.roll(1, 0))
         moved = model(x).last_hidden_state
         ropekit.hf.unpatch(model)
+        assert type(model.rotary_embedding).__name__ == "Llama4VisionRotaryEmbedding"
         again = model(x).last_hidden_state
     assert _rel(got, ref) <= 1e-4
     assert _rel(moved, ref) > 1e-3
