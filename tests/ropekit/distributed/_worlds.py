@@ -318,6 +318,7 @@ def run(rank: int, world: int, port: int, out: str) -> None:
         world_size=world,
         timeout=datetime.timedelta(seconds=180),  # a hang fails the test instead of blocking CI
     )
+    finished = False
     try:
         res: dict[str, Any] = {}
         res.update(ring_cases(world, rank))
@@ -330,5 +331,15 @@ def run(rank: int, world: int, port: int, out: str) -> None:
             res.update(subgroup_case(world, rank))
         if rank == 1:  # a member of every case (rank 0 is not in the subgroup)
             Path(out).write_text(json.dumps(res, indent=1))
+        dist.barrier()  # leave together
+        finished = True
     finally:
         dist.destroy_process_group()
+    if finished:
+        # torch's DeviceMesh registry (torch_cp_case) keeps the gloo group alive past destroy_process_group; its
+        # C++ threads then die during interpreter finalization and abort about one run in ten ("terminate called
+        # without an active exception", SIGABRT after both ranks destroyed the group; seen in CI). The results
+        # are written and the group is destroyed: leave without finalization. A failing case still raises above.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
