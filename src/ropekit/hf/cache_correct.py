@@ -19,7 +19,8 @@ decoding step past it adds one forward over the whole prefix (generation becomes
 LongRoPE switches once (short to long factors), one extra prefix forward in all.
 
 The cache and the inputs are found by forward hooks on the module that owns the rotary module (its
-``past_key_values``, ``input_ids`` / ``inputs_embeds``, ``attention_mask`` arguments). Supported: transformers'
+``cache`` -- ``past_key_values`` before transformers 5.24 --, ``input_ids`` / ``inputs_embeds``,
+``attention_mask`` arguments). Supported: transformers'
 dynamic caches (full and sliding-window layers), a 2-D (or absent) attention mask, one rope spec per module, keys
 stored with the rope channels leading (the one-layer path; not MLA).
 
@@ -39,9 +40,21 @@ from torch import nn
 from ropekit.cache import rerotate_keys
 from ropekit.spec import RopeSpec
 
-__all__ = ["CacheState", "cache_correct_refusal", "install_hooks", "track"]
+__all__ = ["CACHE_ARGUMENTS", "CacheState", "cache_argument", "cache_correct_refusal", "install_hooks", "track"]
 
 _LAYERS = ("DynamicLayer", "DynamicSlidingWindowLayer")
+#: the names a transformers model's forward takes its KV cache under: ``cache`` from 5.24 on, ``past_key_values``
+#: before (5.24 still accepts it, deprecated, until 5.40)
+CACHE_ARGUMENTS = ("cache", "past_key_values")
+
+
+def cache_argument(kwargs: dict[str, Any]) -> Any:
+    """The KV cache a forward call was given, under either of :data:`CACHE_ARGUMENTS` (None if neither)."""
+    for name in CACHE_ARGUMENTS:
+        got = kwargs.get(name)
+        if got is not None:
+            return got
+    return None
 
 
 class CacheState:
@@ -49,6 +62,7 @@ class CacheState:
 
     def __init__(self) -> None:
         self.owner: nn.Module | None = None  # the module whose forward owns the rotary module (hooks set it)
+        self.cache_name = "past_key_values"  # the owner's forward's name for its cache argument (hooks set it)
         self.cache: Any = None  # past_key_values of the call in progress
         self.pending: tuple[str, torch.Tensor] | None = None  # ("ids" | "embeds", tensor) of that call
         self.mask: torch.Tensor | None = None  # its attention_mask
@@ -73,12 +87,13 @@ def install_hooks(parent: nn.Module, state: CacheState) -> list[Any]:
     """Pre/post hooks on the rotary module's owner that expose its cache and inputs to the state."""
     names = list(inspect.signature(parent.forward).parameters)
     state.owner = parent
+    state.cache_name = next((n for n in CACHE_ARGUMENTS if n in names), "past_key_values")
 
     def pre(_mod: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         if state.force_len is not None:  # our own rebuild forward
             return
         got = {**dict(zip(names, args)), **kwargs}
-        state.cache = got.get("past_key_values")
+        state.cache = cache_argument(got)
         ids, embeds = got.get("input_ids"), got.get("inputs_embeds")
         state.pending = (
             ("embeds", embeds) if embeds is not None else ("ids", ids) if ids is not None else None
@@ -159,7 +174,7 @@ def _rebuild(state: CacheState, rotary: nn.Module, hist: torch.Tensor, new_len: 
     state.force_len = new_len
     try:
         assert state.owner is not None
-        state.owner(**inputs, position_ids=hist, past_key_values=state.cache, use_cache=True)
+        state.owner(**inputs, position_ids=hist, use_cache=True, **{state.cache_name: state.cache})
     finally:
         state.force_len = None
         rotary.__dict__.update(saved)  # transformers' own dynamic state, as before the extra forward

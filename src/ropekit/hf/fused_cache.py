@@ -37,6 +37,7 @@ from typing import Any
 import torch
 from transformers.cache_utils import StaticCache, StaticLayer
 
+from ropekit.hf.cache_correct import cache_argument
 from ropekit.hf.rotary import RopekitRotary, RopekitTables
 from ropekit.rotation.kv_cache import rope_cache_write
 
@@ -98,7 +99,7 @@ def _install(model: torch.nn.Module) -> None:
     for owner, rotaries in _owners(model):
 
         def pre(mod: torch.nn.Module, args: Any, kwargs: dict[str, Any], rot: list[Any] = rotaries) -> None:
-            cache = kwargs.get("past_key_values")
+            cache = cache_argument(kwargs)  # `cache` (transformers >= 5.24) or `past_key_values`
             if isinstance(cache, FusedStaticCache):
                 cache.pending = 0
                 for r in rot:

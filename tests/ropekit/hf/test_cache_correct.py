@@ -214,3 +214,33 @@ def test_cache_correct_is_refused_where_it_cannot_work() -> None:
     with pytest.raises(ValueError, match="per-layer-type rotaries are not supported by cache_correct"):
         ropekit.hf.patch(model, cache_correct=True)
     assert type(model.model.rotary_emb) is cls
+
+
+@pytest.mark.parametrize("name", ["cache", "past_key_values"])
+def test_hooks_find_the_cache_under_either_argument_name(name: str) -> None:
+    """transformers 5.24 renamed the forwards' ``past_key_values`` to ``cache``: the hooks read the cache under the
+    name the call used and the rebuild passes it under the name the owner's forward declares (5.23 is what the
+    suite pins, so this is checked on stand-in modules written like each version's)."""
+    from ropekit.hf.cache_correct import CacheState, cache_argument, install_hooks
+
+    seen: list[object] = []
+    state = CacheState()
+
+    class Owner(torch.nn.Module):  # its forward: one of the two signatures below
+        pass
+
+    def fwd_new(self: Any, input_ids: Any = None, attention_mask: Any = None, cache: Any = None, **kw: Any) -> None:
+        seen.append((state.cache, state.pending, cache))
+
+    def fwd_old(
+        self: Any, input_ids: Any = None, attention_mask: Any = None, past_key_values: Any = None, **kw: Any
+    ) -> None:
+        seen.append((state.cache, state.pending, past_key_values))
+
+    Owner.forward = fwd_new if name == "cache" else fwd_old  # type: ignore[method-assign, assignment]
+    owner, marker, ids = Owner(), object(), torch.ones(1, 2, dtype=torch.long)
+    install_hooks(owner, state)
+    assert state.cache_name == name
+    owner(input_ids=ids, **{name: marker})
+    assert seen[-1][0] is marker and seen[-1][2] is marker and state.cache is None  # cleared after the call
+    assert cache_argument({name: marker}) is marker and cache_argument({"other": marker}) is None
