@@ -91,6 +91,14 @@ def build_parser() -> argparse.ArgumentParser:
         "default bf16 with --quick, else fp32)",
     )
     pl.add_argument("--json", action="store_true", help="print the result JSON to stdout")
+    pl.add_argument(
+        "--merge",
+        action="append",
+        default=None,
+        metavar="JSON",
+        help="extrapolation only, no training: merge result JSONs of runs with the same budget and corpus "
+        "(e.g. encodings trained in separate processes) into --out (repeat, at least twice)",
+    )
     pp = sub.add_parser("precision", help="phase error of ropekit vs the common float32 recipe, by position")
     add_source_args(pp)
     pp.add_argument(
@@ -152,15 +160,33 @@ def _lab(args: argparse.Namespace) -> int:
         kw["encodings"] = encs
     if args.precision is not None:
         kw["precision"] = args.precision
-    res = EXPERIMENTS[args.experiment](
-        Path(args.out),
-        quick=args.quick,
-        seeds=args.seeds,
-        train_len=args.train_len,
-        steps=args.steps,
-        corpus=args.corpus,
-        **kw,
-    )
+    if args.merge is not None:
+        given = [
+            f"--{name.replace('_', '-')}"
+            for name, default in (
+                ("seeds", 1), ("train_len", 128), ("steps", None), ("corpus", None), ("encodings", None),
+                ("precision", None),
+            )
+            if getattr(args, name) != default
+        ]
+        if args.experiment != "extrapolation" or given:
+            raise ValueError(
+                "--merge merges extrapolation results without training (the merged runs fix the budget); got "
+                f"experiment {args.experiment!r}" + (f" with {', '.join(given)}" if given else "")
+            )
+        from ropekit.lab.experiments.extrapolation import merge
+
+        res = merge(Path(args.out), [Path(p) for p in args.merge], quick=args.quick)
+    else:
+        res = EXPERIMENTS[args.experiment](
+            Path(args.out),
+            quick=args.quick,
+            seeds=args.seeds,
+            train_len=args.train_len,
+            steps=args.steps,
+            corpus=args.corpus,
+            **kw,
+        )
     if args.json:
         print(json.dumps({k: v for k, v in res.items() if k != "files"}, indent=2))
     else:

@@ -17,7 +17,7 @@ from ropekit.lab.experiments.common import environment, md_table, prepare, train
 from ropekit.lab.phases import PhaseClock
 from ropekit.lab.verdicts import Verdict, above, below, greater, ordering
 
-__all__ = ["ENCODINGS", "claims", "ratios", "run"]
+__all__ = ["ENCODINGS", "claims", "merge", "ratios", "run"]
 
 ENCODINGS = ("nope", "sinusoidal", "learned", "alibi", "t5", "rope")
 # ALiBi Table 2 (non-overlapping), ppl at L_valid / L_train = 1, ~2 (1012/512), ~5 (2512/512), ~15 (7512/512).
@@ -85,6 +85,17 @@ def run(
         "results": results,
         "per_position_loss": per_pos,
     }
+    with clock.phase("outputs"):
+        files = _write(out, result, quick)
+    result["phases"] = clock.as_dict()  # CPU and wall seconds per phase (ropekit.lab.phases)
+    Path(files["json"]).write_text(json.dumps(result, indent=2) + "\n")
+    result["files"] = files
+    return result
+
+
+def _write(out: Path, result: dict[str, Any], quick: bool) -> dict[str, str]:
+    encodings = tuple(dict.fromkeys(r["encoding"] for r in result["results"]))
+    mults = tuple(sorted({r["eval_len"] // result["train_len"] for r in result["results"]}))
     md = _markdown(result, encodings, mults)
 
     def plot(fig: Any) -> None:
@@ -92,11 +103,53 @@ def run(
 
         plots.extrapolation(fig, result, quick=quick)
 
-    with clock.phase("outputs"):
-        files = write_outputs(out, "extrapolation", result, md, plot)
-    result["phases"] = clock.as_dict()  # CPU and wall seconds per phase (ropekit.lab.phases)
-    Path(files["json"]).write_text(json.dumps(result, indent=2) + "\n")
-    result["files"] = files
+    return write_outputs(out, "extrapolation", result, md, plot)
+
+
+_SAME = ("experiment", "train_len", "budget", "corpus", "unigram_ppl")
+
+
+def merge(out: Path, paths: list[Path], *, quick: bool = False) -> dict[str, Any]:
+    """One extrapolation result from several runs of the same experiment (e.g. the encodings split over
+    processes or machines, or new encodings trained later): written to ``out`` like a run's outputs.
+
+    The runs must agree on the training length, budget, corpus and its unigram perplexity (equal floats: the same
+    data split) -- else ValueError naming the field, the file and both values; an (encoding, seed) present in
+    two files is refused too. Results keep each file's order; throughput and phases are kept per file.
+    ``quick`` marks the figure as a quick run's.
+    """
+    if len(paths) < 2:
+        raise ValueError(f"--merge needs at least two result files, got {len(paths)}")
+    runs = []
+    for p in paths:
+        res = json.loads(Path(p).read_text())
+        if res.get("experiment") != "extrapolation":
+            raise ValueError(f"--merge {p}: not an extrapolation result (experiment={res.get('experiment')!r})")
+        runs.append((p, res))
+    first_path, first = runs[0]
+    seen: dict[tuple[str, int], tuple[int, Path]] = {}
+    for i, (p, res) in enumerate(runs):
+        for key in _SAME:
+            if res.get(key) != first.get(key):
+                raise ValueError(
+                    f"--merge {p}: {key} = {res.get(key)!r} differs from {first_path}'s {first.get(key)!r} "
+                    "(only runs of the same experiment, budget and corpus can be merged)"
+                )
+        for r in res["results"]:
+            ks = (r["encoding"], r["seed"])
+            if seen.get(ks, (i, p))[0] != i:
+                raise ValueError(f"--merge {p}: encoding {ks[0]!r} seed {ks[1]} is also in {seen[ks][1]}")
+            seen[ks] = (i, p)
+    result = {key: first[key] for key in _SAME}
+    result["environment"] = first.get("environment")
+    result["tokens_per_second"] = {k: v for _, r in runs for k, v in r.get("tokens_per_second", {}).items()}
+    result["results"] = [row for _, r in runs for row in r["results"]]
+    result["per_position_loss"] = {k: v for _, r in runs for k, v in r.get("per_position_loss", {}).items()}
+    result["merged_from"] = [
+        {"file": str(p), "encodings": sorted({row["encoding"] for row in r["results"]}), "phases": r.get("phases")}
+        for p, r in runs
+    ]
+    result["files"] = _write(out, result, quick)
     return result
 
 
