@@ -6,7 +6,8 @@ On the CPU one C pass (``ropekit_axis_gather``: bounds check and copy), elsewher
 (token, band) entry. M-RoPE: Wang et al. 2024, "Qwen2-VL", arXiv 2409.12191.
 
 Shapes: A axes, P any position shape, n bands, L cached positions.
-    cache rows [2, L, n] (cos, sin; float32), positions [A, *P] integer -> cos, sin [*P, n]
+    cache rows [L, 2, n] (a position's cos row, then its sin row; float32), positions [A, *P] integer
+    -> cos, sin [*P, n]
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def slots(spec: RopeSpec, device: torch.device) -> torch.Tensor:
 
 def gather_bands(cache: Any, pos: torch.Tensor, spec: RopeSpec) -> tuple[torch.Tensor, torch.Tensor] | None:
     """[A, *P] integer positions -> float32 [*P, n] from an exact 1-D :class:`ropekit.table_cache.TableCache`
-    (rows [2, L, n]): every band's row read at its own axis's position; None when a position is outside
+    (rows [L, 2, n]): every band's row read at its own axis's position; None when a position is outside
     [0, limit) (the caller computes those exactly). Bit-identical to :func:`axis_tables`: same rows, copied.
     On the CPU one C pass (:func:`_gather_c`), elsewhere one ``index_select`` of every (token, band) entry."""
     n = spec.n_bands
@@ -49,12 +50,15 @@ def gather_bands(cache: Any, pos: torch.Tensor, spec: RopeSpec) -> tuple[torch.T
         return None
     if hi >= cache.length:
         cache.grow(1 << hi.bit_length())
-    rows: torch.Tensor = cache.rows  # [2, L, n]
+    rows: torch.Tensor = cache.rows  # [L, 2, n]
     flat = pos.reshape(pos.shape[0], -1).to(torch.int64)  # [A, N]
     per_band = flat.index_select(0, slots(spec, pos.device)).t()  # [N, n] view: band j's position per token
-    idx = per_band * n + _band_offsets(n, pos.device)  # row-major index of (position, band) in a [L, n] table
-    both = rows.reshape(2, -1).index_select(1, idx.reshape(-1))  # [2, N * n]: cos and sin in one pass
-    return both[0].view(shape), both[1].view(shape)
+    idx = per_band * (2 * n) + _band_offsets(n, pos.device)  # flat index of (position, cos, band) in the rows
+    flat_rows = rows.reshape(-1)
+    idx = idx.reshape(-1)
+    cos = flat_rows.index_select(0, idx)  # [N * n]
+    sin = flat_rows.index_select(0, idx + n)  # the sin row sits n floats after the cos row
+    return cos.view(shape), sin.view(shape)
 
 
 def _gather_c(
@@ -78,7 +82,7 @@ def _gather_c(
         hi = int(
             lib.ropekit_axis_gather(
                 rows.data_ptr(),
-                rows.shape[1],
+                rows.shape[0],
                 n,
                 flat.data_ptr(),
                 flat.shape[0],
@@ -89,7 +93,7 @@ def _gather_c(
         )
         if hi < 0 and flat.numel():
             return None
-        if hi < rows.shape[1]:
+        if hi < rows.shape[0]:
             return out[0], out[1]
         if hi >= int(cache.limit):
             return None

@@ -320,6 +320,6 @@ def _cached_axis_tables(
         or torch.compiler.is_compiling()  # traced: the gather reads the growing cache (host syncs, C call)
     ):
         return axis_tables(pos, spec, device=dev)
-    cache = getattr(rotary, "_cache", None)  # ropekit.table_cache.TableCache: rows [2, L, n], exact
+    cache = getattr(rotary, "_cache", None)  # ropekit.table_cache.TableCache: rows [L, 2, n], exact
     hit = _gather_bands(cache, pos.to(dev), spec) if hasattr(cache, "rows") else None
     return hit if hit is not None else axis_tables(pos, spec, device=dev)  # still exact without the cache

@@ -116,8 +116,9 @@ class Rotary(nn.Module):
         """
         check_positions(positions)
         cos, sin = self._tables(positions.to(self.inv_freq.device))
-        if cos._base is not None or sin._base is not None:  # views of the cache: hand out copies
-            cos, sin = cos.clone(), sin.clone()
+        if cos._base is not None or sin._base is not None:  # row views of the packed cache: contiguous copies
+            cos = cos.clone(memory_format=torch.contiguous_format)
+            sin = sin.clone(memory_format=torch.contiguous_format)
         return cos, sin
 
     # ------------------------------------------------------------------ forward
@@ -131,10 +132,10 @@ class Rotary(nn.Module):
             return None, None
         akey = fastpath.apply_key(q, k, positions, self.spec, self.format, inplace, "auto")
         hit = fastpath.apply_lookup(akey, self.spec)
-        if hit is not None and positions.device == cache.device:
-            tables = cache.lookup_flat(positions.reshape(-1))  # contiguous, as when the plan was built
-            if tables is not None and tables[0].device == q.device:
-                out: tuple[torch.Tensor, torch.Tensor | None] = hit[0](q, k, tables[0], tables[1])
+        # a plan exists only for CPU tensors (the key holds q's and the positions' devices)
+        if hit is not None and positions.is_cpu:
+            out = fastpath.run_cached(hit[0], q, k, cache, positions.reshape(-1))  # the plan's cache rows
+            if out is not None:
                 return akey, out
         return akey, None
 

@@ -170,11 +170,9 @@ def rope_tables(
         pos = positions if device is None else positions.to(device)
         cache = shared_cache(spec, pos.device)
         hit = None if cache is None else cache.lookup(pos)
-        if cache is not None and hit is not None:
-            cos, sin = hit
-            if cos.untyped_storage().data_ptr() == cache.rows.untyped_storage().data_ptr():
-                cos, sin = cos.clone(), sin.clone()  # a slice of the cache: the caller may write to it
-            return cos, sin
+        if cache is not None and hit is not None:  # row views of the packed cache (or of a gather from it):
+            cos, sin = hit  # plain contiguous copies, which the caller may write to
+            return cos.clone(memory_format=torch.contiguous_format), sin.clone(memory_format=torch.contiguous_format)
     return _rope_tables(positions, spec, seq_len=seq_len, dtype=dtype, device=device)
 
 

@@ -12,8 +12,12 @@ function as every other exact table, so values are bit-identical) and read:
 - traced (:meth:`TableCache.select`): under ``torch.compile`` no data-dependent branch and no host sync: a
   device-side select between the cached row (index clamped into range) and the directly computed exact row.
 
-Shapes: P any position shape, L cached rows, n bands; rows [2, L, n] float32 (cos rows, then sin rows: one
-``index_select`` along dim 1 gathers both, and each comes out as a plain contiguous [*P, n] table).
+Shapes: P any position shape, L cached rows, n bands; rows [L, 2, n] float32: a position's cos row, then its sin
+row, side by side. One ``narrow``/``index_select`` along dim 0 reads both, and the kernels stream a single table
+array (position p's cos at ``2 n p``, its sin ``n`` floats later) instead of two (faster in prefill: measured in
+docs/kernels.md, "The inner loop"). The (cos, sin) handed out
+are [*P, n] views with row stride 2n ("row views", :func:`is_row_view`); :func:`ropekit.rope_tables` and
+:meth:`ropekit.Rotary.tables` copy them into plain contiguous tables for users.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import torch
 from ropekit.phases import _rope_tables, _tables_from_positions, band_constant_tensor
 from ropekit.spec import RopeSpec
 
-__all__ = ["SHARED_LIMIT", "TableCache", "shared_cache", "shared_tables"]
+__all__ = ["SHARED_LIMIT", "TableCache", "is_row_view", "shared_cache", "shared_tables"]
 
 _SLICE_MIN = 64  # below this many positions a gather is as cheap as checking for a consecutive run
 
@@ -42,19 +46,19 @@ class TableCache:
     def _build(self, length: int, start: int = 0) -> torch.Tensor:
         pos = torch.arange(start, length, dtype=torch.int64, device=self.device)
         cos, sin = _rope_tables(pos, self.spec)
-        return torch.stack((cos, sin))  # [2, length - start, n]
+        return torch.stack((cos, sin), dim=1)  # [length - start, 2, n]
 
     @property
     def length(self) -> int:
-        return int(self.rows.shape[1])
+        return int(self.rows.shape[0])
 
     def grow(self, length: int) -> None:
         """Extend to ``length`` rows (capped at the limit); the old tensor is replaced, never written."""
         length, old = min(length, self.limit), self.rows
-        if old.device.type == "meta" or length <= old.shape[1]:
+        if old.device.type == "meta" or length <= old.shape[0]:
             self.rows = self._build(length)
         else:  # only the new rows are computed (row values do not depend on the cache length)
-            self.rows = torch.cat((old, self._build(length, start=old.shape[1])), dim=1)
+            self.rows = torch.cat((old, self._build(length, start=old.shape[0])), dim=0)
 
     def move(self, device: torch.device) -> None:
         length, was_meta = self.length, self.rows.device.type == "meta"
@@ -62,7 +66,7 @@ class TableCache:
         self.rows = self._build(length) if was_meta or device.type == "meta" else self.rows.to(device)
 
     def lookup(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """Eager read: (cos, sin) [*P, n] views of the cache, or None when a position is outside [0, limit).
+        """Eager read: (cos, sin) [*P, n] row views (row stride 2n), or None when a position is outside [0, limit).
 
         positions: integer tensor on the cache's device (checked by the caller).
         """
@@ -73,39 +77,47 @@ class TableCache:
         return hit[0].view(shape), hit[1].view(shape)
 
     def lookup_flat(self, flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """:meth:`lookup` for 1-D positions [N]: contiguous (cos, sin) [N, n], or None (the decode fast path)."""
+        """:meth:`lookup` for 1-D positions [N]: (cos, sin) [N, n] row views (strides (2n, 1), sin n floats after
+        cos), or None. Slices of the cache for a consecutive run, else of a fresh gather."""
+        out = self.packed_rows(flat)
+        if out is None:
+            return None
+        cos, sin = out.unbind(1)
+        return cos, sin
+
+    def packed_rows(self, flat: torch.Tensor) -> torch.Tensor | None:
+        """The rows of 1-D positions [N] as one [N, 2, n] tensor (a slice of the cache for a consecutive run, else
+        a fresh gather), or None when a position is outside [0, limit). The decode fast paths hand its data pointer
+        to a prepared kernel plan (cos at row offset 0, sin at n) without making two views of it."""
         rows = self.rows
         out = None
         if flat.numel() >= _SLICE_MIN:
             first = int(flat[0])
             end = first + flat.numel()
-            if 0 <= first and end <= rows.shape[1]:
+            if 0 <= first and end <= rows.shape[0]:
                 run = torch.arange(first, end, dtype=flat.dtype, device=flat.device)
                 if torch.equal(flat, run):
-                    out = rows.narrow(1, first, end - first)
+                    out = rows.narrow(0, first, end - first)
         if out is None:
             idx = flat if flat.dtype in (torch.int64, torch.int32) else flat.to(torch.int64)
-            if rows.device.type == "cpu":
+            if rows.is_cpu:
                 try:
-                    out = rows.index_select(1, idx)  # bounds-checked in C++: raises on any idx < 0 or >= L
+                    out = rows.index_select(0, idx)  # bounds-checked in C++: raises on any idx < 0 or >= L
                 except (IndexError, RuntimeError):  # the message differs between index_select kernels
                     out = self._grow_for(idx)
             else:  # a device-side bounds failure would be fatal: check first (one sync)
                 out = self._grow_for(idx)
-            if out is None:
-                return None
-        cos, sin = out.unbind(0)
-        return cos, sin
+        return out
 
     def _grow_for(self, idx: torch.Tensor) -> torch.Tensor | None:
         if idx.numel() == 0:
-            return self.rows.index_select(1, idx)
+            return self.rows.index_select(0, idx)
         lo, hi = (int(v) for v in torch.aminmax(idx))
         if lo < 0 or hi >= self.limit:
             return None
         if hi >= self.length:
             self.grow(1 << hi.bit_length())
-        return self.rows.index_select(1, idx)
+        return self.rows.index_select(0, idx)
 
     def select(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Traceable read: cached rows where 0 <= p < L, directly computed exact rows elsewhere (no sync).
@@ -114,12 +126,25 @@ class TableCache:
         """
         rows = self.rows
         p = positions.to(torch.int64)
-        inside = (p >= 0) & (p < rows.shape[1])
-        cached = rows.index_select(1, torch.where(inside, p, 0).reshape(-1)).view(2, *p.shape, rows.shape[-1])
+        inside = (p >= 0) & (p < rows.shape[0])
+        cached = rows.index_select(0, torch.where(inside, p, 0).reshape(-1)).view(*p.shape, 2, rows.shape[-1])
         consts = band_constant_tensor(self.spec, None, rows.device)
         dcos, dsin = _tables_from_positions(p, consts, self.spec.attention_factor, torch.float32)
         keep = inside.unsqueeze(-1)
-        return torch.where(keep, cached[0], dcos), torch.where(keep, cached[1], dsin)
+        return torch.where(keep, cached[..., 0, :], dcos), torch.where(keep, cached[..., 1, :], dsin)
+
+
+def is_row_view(t: torch.Tensor) -> bool:
+    """True when ``t`` [*P, n] is laid out as the cache hands tables out: unit last stride and rows 2n floats
+    apart in row-major order of P (what a plan built on a cache read expects of every later read)."""
+    if t.dim() == 0 or t.stride(-1) != 1:
+        return False
+    step = 2 * t.shape[-1]
+    for size, stride in zip(reversed(t.shape[:-1]), reversed(t.stride()[:-1])):
+        if size != 1 and stride != step:
+            return False
+        step *= size
+    return True
 
 
 # ---------------------------------------------------------------- one shared cache per (spec, device)
@@ -151,3 +176,4 @@ def shared_tables(positions: torch.Tensor, spec: RopeSpec) -> tuple[torch.Tensor
     if cache is None:
         return None
     return cache.lookup_flat(positions) if positions.dim() == 1 else cache.lookup(positions)
+

@@ -38,7 +38,7 @@ def _oracle(cache: TableCache, pos: torch.Tensor, spec: RopeSpec) -> tuple[torch
     out = torch.empty(2, len(flat[0]), n)
     for t in range(len(flat[0])):
         for j, a in enumerate(spec.axes.slots):
-            out[:, t, j] = cache.rows[:, flat[a][t], j]
+            out[:, t, j] = cache.rows[flat[a][t], :, j]  # rows [L, 2, n]: (cos, sin) of one position
     shape = (*pos.shape[1:], n)
     return out[0].view(shape), out[1].view(shape)
 

@@ -9,7 +9,7 @@ import torch
 from ropekit import RopeSpec, Rotary, apply_rope, rope_tables
 from ropekit.phases import _rope_tables
 from ropekit.rotation import fastpath
-from ropekit.table_cache import TableCache
+from ropekit.table_cache import TableCache, is_row_view
 from tests.oracles import reference_rope
 
 SPEC = RopeSpec(head_dim=32, rotary_dim=24, base=500_000.0)
@@ -101,6 +101,7 @@ def test_fast_path_does_not_skip_checks_that_depend_on_values_or_grad() -> None:
 def test_public_tables_are_copies() -> None:
     rope = Rotary(SPEC, max_seq_len=128)
     cos, _ = rope.tables(torch.arange(100))
+    assert cos.is_contiguous()
     cos.zero_()
     again, _ = rope.tables(torch.arange(100))
     assert torch.equal(again, _direct(torch.arange(100))[0])
@@ -111,7 +112,88 @@ def test_rope_tables_reads_the_shared_cache_and_hands_out_fresh_tensors() -> Non
         cos, sin = rope_tables(pos, SPEC)
         want = _direct(pos)
         assert torch.equal(cos, want[0]) and torch.equal(sin, want[1])
+        assert cos.is_contiguous() and sin.is_contiguous()  # plain tables, not views of the packed cache
         cos.zero_()
         sin.zero_()
         again = rope_tables(pos, SPEC)
         assert torch.equal(again[0], want[0]) and torch.equal(again[1], want[1])
+
+
+def test_cache_reads_share_one_row_stream_and_plans_match_them() -> None:
+    """Packed rows [L, 2, n]: every read (a consecutive slice or a gather) hands out row views whose sin row sits n
+    floats after the cos row, so a plan stored on one kind of read rotates correctly with the other."""
+    n = SPEC.n_bands
+    cache = TableCache(SPEC, CPU, 512, 512)
+    run = cache.lookup_flat(torch.arange(100, 200))
+    gather = cache.lookup_flat(torch.randperm(400)[:100])
+    for cos, sin in (run, gather):  # type: ignore[misc]
+        assert cos.stride() == (2 * n, 1) and sin.stride() == (2 * n, 1) and is_row_view(cos)
+        assert sin.data_ptr() - cos.data_ptr() == n * cos.element_size()
+    assert not is_row_view(torch.zeros(100, n)) and is_row_view(torch.zeros(1, n))
+    assert is_row_view(torch.zeros(3, 5, 2, n)[:, :, 0]) and not is_row_view(torch.zeros(3, 2, 5, n)[:, 0])
+    with torch.no_grad():
+        for step, pos in enumerate((torch.arange(100, 200), torch.arange(100, 200), torch.randperm(400)[:100])):
+            q, k = torch.randn(1, 4, 100, 32), torch.randn(1, 2, 100, 32)
+            want_q = reference_rope(q.transpose(1, 2), pos, SPEC).transpose(1, 2)
+            want_k = reference_rope(k.transpose(1, 2), pos, SPEC).transpose(1, 2)
+            apply_rope(q, k, pos, SPEC, format="bhsd", inplace=True)  # step 1 stores the plan, step 2 gathers
+            torch.testing.assert_close(q.double(), want_q, rtol=0, atol=1e-6, msg=f"step {step}")
+            torch.testing.assert_close(k.double(), want_k, rtol=0, atol=1e-6, msg=f"step {step}")
+    key = fastpath.apply_key(q, k, pos, SPEC, "bhsd", True, "auto")
+    assert fastpath.apply_lookup(key, SPEC) is not None  # the last call went through the stored plan
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("entry", ["apply_rope", "Rotary"])
+def test_kernel_reads_cache_rows_in_place_bit_identical_to_given_tables(
+    entry: str, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The armed decode path hands the kernel the packed cache and the positions (no gathered copy). Oracle: the
+    same call with the exact tables given (``apply_rope_tables``, no cache, no plan): equal bit for bit, for
+    positions inside the cache, past its end (it grows), negative or past its limit (exact slow path), int32 and
+    non-contiguous positions (the gathered-rows path), k absent, out of place, and every format."""
+    from ropekit import apply_rope_tables
+    from ropekit.rotation import cpu_backend
+
+    calls = {"gather": 0}
+    real = cpu_backend.Plan.call_gather
+
+    def counting(self, *a):  # type: ignore[no-untyped-def]
+        got = real(self, *a)
+        calls["gather"] += got is not None
+        return got
+
+    spec = RopeSpec(head_dim=32, rotary_dim=24, base=10_000.0)
+    rope = Rotary(spec, max_seq_len=16, format="bhsd", cache_limit=4096)
+    shapes = {"bhsd": ((3, 4, 1, 32), (3, 2, 1, 32)), "bshd": ((3, 1, 4, 32), (3, 1, 2, 32))}
+    steps = ([3, 9, 14], [5, 1000, 7], [-5, 7, 1], [3, 10_000, 2], [4, 10, 15])
+    monkeypatch.setattr(cpu_backend.Plan, "call_gather", counting)
+    for fmt, (qs, ks) in shapes.items():
+        rope.format = fmt  # type: ignore[assignment]
+        for inplace in (True, False):
+            for with_k in (True, False):
+                for step, col in enumerate(steps):
+                    for make in (
+                        lambda c: torch.tensor(c).unsqueeze(1),
+                        lambda c: torch.tensor(c, dtype=torch.int32).unsqueeze(1),
+                        lambda c: torch.tensor([c, c]).t()[:, :1],  # [b, 1] view with strides (1, 3)
+                    ):
+                        pos = make(col)
+                        g = torch.Generator().manual_seed(step)
+                        q = torch.randn(qs, generator=g).to(dtype)
+                        k = torch.randn(ks, generator=g).to(dtype) if with_k else None
+                        cos, sin = rope_tables(pos, spec)
+                        want = apply_rope_tables(
+                            q.clone(), None if k is None else k.clone(), cos, sin, spec, format=fmt
+                        )
+                        qa, ka = q.clone(), None if k is None else k.clone()
+                        with torch.no_grad():
+                            if entry == "Rotary":
+                                got = rope(qa, ka, positions=pos, inplace=inplace)
+                            else:
+                                got = apply_rope(qa, ka, pos, spec, format=fmt, inplace=inplace)
+                        assert torch.equal(got[0], want[0]), (fmt, inplace, step, pos.dtype)
+                        assert (got[1] is None) == (k is None)
+                        if k is not None:
+                            assert torch.equal(got[1], want[1])  # type: ignore[arg-type]
+    assert calls["gather"] > 20  # the in-place read really ran (not only the fallbacks)

@@ -29,7 +29,7 @@ __all__ = ["ABI_VERSION", "HEADERS", "SOURCE", "BuildInfo", "build_info", "load"
 
 SOURCE = Path(__file__).with_name("rope_cpu.c")
 HEADERS = (Path(__file__).with_name("rope_cache_write.h"),)  # included by SOURCE
-ABI_VERSION = 4
+ABI_VERSION = 6
 _FLAGS = ["-O3", "-pthread", "-shared", "-fPIC", "-std=c11", "-Wno-aggressive-loop-optimizations"]
 _lock = threading.Lock()
 _state: dict[str, object] = {}
@@ -123,6 +123,10 @@ def _setup(lib: ctypes.CDLL) -> ctypes.CDLL:
         fn = getattr(lib, name)
         fn.argtypes = [P, P, P, P, P, P, P]
         fn.restype = None
+    for name in ("ropekit_plan_gather_f32", "ropekit_plan_gather_bf16", "ropekit_plan_gather_f16"):
+        fn = getattr(lib, name)
+        fn.argtypes = [P, P, P, P, P, I, P, I, P]
+        fn.restype = ctypes.c_int64
     for name in ("ropekit_cache_write_f32", "ropekit_cache_write_bf16", "ropekit_cache_write_f16"):
         fn = getattr(lib, name)
         fn.argtypes = [P, P, P, P, P, P, P, P, P]

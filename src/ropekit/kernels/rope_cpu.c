@@ -216,17 +216,24 @@ typedef struct {
     int64_t d1, d2, D, xs0, xs1, xs2, os0, os1, os2, ts0, ts1, ts2, r;
     const f32 *cosp, *sinp;
     int interleaved, sign;
+    const int64_t *pidx;  // NULL, or positions: the row's table offset is pidx[i0 ts0 + i1 ts1 + i2 ts2] * prow
+    int64_t prow;
 } rope_args;
 
 // The row index is split into (i0, i1, i2) once per chunk and then stepped (no divisions per row: two 64-bit
 // divisions per row cost about a third of the time when the data is in cache).
-#define LOOPS(T, BODY)                                                                                         \
+// TB: the row's table offset from tj (its index into the tables by their strides): TB_PLAIN, or TB_GATHER for the
+// plan that reads the packed cache at the call's positions (a separate instantiation: the plain loop is unchanged).
+#define TB_PLAIN tj
+#define TB_GATHER (pidx[tj] * prow)
+#define LOOPS(T, BODY, TB)                                                                                     \
     if (begin < end) { /* an empty range may come with a zero dim: divide only when there are rows */          \
         int64_t i2 = begin % d2, i1 = (begin / d2) % d1, i0 = (begin / d2) / d1;                               \
         for (int64_t idx = begin; idx < end; ++idx) {                                                          \
             const T *xr = x + i0 * xs0 + i1 * xs1 + i2 * xs2;                                                  \
             T *orow = out + i0 * os0 + i1 * os1 + i2 * os2;                                                    \
-            const int64_t tb = i0 * ts0 + i1 * ts1 + i2 * ts2;                                                 \
+            const int64_t tj = i0 * ts0 + i1 * ts1 + i2 * ts2;                                                 \
+            const int64_t tb = TB;                                                                             \
             const f32 *c = cosp + tb, *s = sinp + tb;                                                          \
             (void)xr; (void)c; (void)s;                                                                        \
             BODY;                                                                                              \
@@ -240,17 +247,17 @@ typedef struct {
 
 // Every case gets its own loop, with the band count and the sign as compile-time constants where common,
 // so that the row is fully unrolled and nothing is decided per row.
-#define CASES_N(T, CALL, SG)                                                                                   \
+#define CASES_N(T, CALL, SG, TB)                                                                               \
     switch (n) {                                                                                               \
-        case 16: LOOPS(T, CALL(16, SG)); break;                                                                \
-        case 32: LOOPS(T, CALL(32, SG)); break;                                                                \
-        case 64: LOOPS(T, CALL(64, SG)); break;                                                                \
-        case 128: LOOPS(T, CALL(128, SG)); break;                                                              \
-        default: LOOPS(T, CALL(n, SG)); break;                                                                 \
+        case 16: LOOPS(T, CALL(16, SG), TB); break;                                                            \
+        case 32: LOOPS(T, CALL(32, SG), TB); break;                                                            \
+        case 64: LOOPS(T, CALL(64, SG), TB); break;                                                            \
+        case 128: LOOPS(T, CALL(128, SG), TB); break;                                                          \
+        default: LOOPS(T, CALL(n, SG), TB); break;                                                             \
     }
 
-#define ROPE_KERNEL(NAME, T, HALF_INPLACE, HALF_COPY)                                                           \
-static void NAME##_range(const void *vctx, int64_t begin, int64_t end) {                                        \
+#define ROPE_RANGE(FN, T, HALF_INPLACE, HALF_COPY, TB)                                                          \
+static void FN(const void *vctx, int64_t begin, int64_t end) {                                                  \
     const rope_args *a = (const rope_args *)vctx;                                                              \
     T *out = (T *)a->out;                                                                                      \
     const T *x = (const T *)a->x;                                                                              \
@@ -258,22 +265,35 @@ static void NAME##_range(const void *vctx, int64_t begin, int64_t end) {        
     const int64_t os0 = a->os0, os1 = a->os1, os2 = a->os2, ts0 = a->ts0, ts1 = a->ts1, ts2 = a->ts2;          \
     const int64_t r = a->r, n = r / 2;                                                                         \
     const f32 *cosp = a->cosp, *sinp = a->sinp;                                                                \
+    const int64_t *pidx = a->pidx, prow = a->prow;                                                             \
+    (void)pidx; (void)prow;                                                                                    \
     const int inplace = ((const void *)out == (const void *)x);                                                \
     if (a->interleaved) {                                                                                      \
-        if (a->sign > 0) { CASES_N(T, INTER_##T, 1.0f) } else { CASES_N(T, INTER_##T, -1.0f) }                 \
+        if (a->sign > 0) { CASES_N(T, INTER_##T, 1.0f, TB) } else { CASES_N(T, INTER_##T, -1.0f, TB) }         \
     } else if (inplace) {                                                                                      \
-        if (a->sign > 0) { CASES_N(T, HALF_INPLACE, 1.0f) } else { CASES_N(T, HALF_INPLACE, -1.0f) }           \
+        if (a->sign > 0) { CASES_N(T, HALF_INPLACE, 1.0f, TB) } else { CASES_N(T, HALF_INPLACE, -1.0f, TB) }   \
     } else {                                                                                                   \
-        if (a->sign > 0) { CASES_N(T, HALF_COPY, 1.0f) } else { CASES_N(T, HALF_COPY, -1.0f) }                 \
+        if (a->sign > 0) { CASES_N(T, HALF_COPY, 1.0f, TB) } else { CASES_N(T, HALF_COPY, -1.0f, TB) }         \
     }                                                                                                          \
+}
+
+#define ROPE_KERNEL(NAME, T, HALF_INPLACE, HALF_COPY)                                                           \
+ROPE_RANGE(NAME##_range, T, HALF_INPLACE, HALF_COPY, TB_PLAIN)                                                   \
+ROPE_RANGE(NAME##_grange, T, HALF_INPLACE, HALF_COPY, TB_GATHER)                                                 \
+static void NAME##_ex(T *out, const T *x, int64_t d0, int64_t d1, int64_t d2, int64_t D,                      \
+          int64_t xs0, int64_t xs1, int64_t xs2, int64_t os0, int64_t os1, int64_t os2,                         \
+          const f32 *cosp, const f32 *sinp, int64_t ts0, int64_t ts1, int64_t ts2,                               \
+          int64_t r, int interleaved, int sign, int nthreads, const int64_t *pidx, int64_t prow) {              \
+    const rope_args a = {out, x, d1, d2, D, xs0, xs1, xs2, os0, os1, os2, ts0, ts1, ts2, r, cosp, sinp,         \
+                         interleaved, sign, pidx, prow};                                                       \
+    parallel_range(pidx ? NAME##_grange : NAME##_range, &a, d0 * d1 * d2, rows_per_chunk(D), nthreads);        \
 }                                                                                                              \
 void NAME(T *out, const T *x, int64_t d0, int64_t d1, int64_t d2, int64_t D,                                    \
           int64_t xs0, int64_t xs1, int64_t xs2, int64_t os0, int64_t os1, int64_t os2,                         \
           const f32 *cosp, const f32 *sinp, int64_t ts0, int64_t ts1, int64_t ts2,                               \
           int64_t r, int interleaved, int sign, int nthreads) {                                                 \
-    const rope_args a = {out, x, d1, d2, D, xs0, xs1, xs2, os0, os1, os2, ts0, ts1, ts2, r, cosp, sinp,         \
-                         interleaved, sign};                                                                   \
-    parallel_range(NAME##_range, &a, d0 * d1 * d2, rows_per_chunk(D), nthreads);                               \
+    NAME##_ex(out, x, d0, d1, d2, D, xs0, xs1, xs2, os0, os1, os2, cosp, sinp, ts0, ts1, ts2, r, interleaved,    \
+              sign, nthreads, NULL, 0);                                                                        \
 }
 
 #define INTER_f32(N, SG) inter_row_f32(orow, inplace ? orow : xr, c, s, N, SG)
@@ -312,11 +332,43 @@ ROPE_PLAN(ropekit_plan_f32, f32, ropekit_rope_f32)
 ROPE_PLAN(ropekit_plan_bf16, bf16, ropekit_rope_bf16)
 ROPE_PLAN(ropekit_plan_f16, f16, ropekit_rope_f16)
 
+// The same plan with the table rows read straight from the packed cache (ropekit/table_cache.py): rows [L, 2, n]
+// float32 contiguous (position p's cos row at 2 n p, its sin row n floats later), pos [N] int64 contiguous, the
+// flat positions of the call. The plan was built on row views of that cache (its table strides are multiples of
+// 2n, the row of flat position j at 2 n j), so the table offset 2 n j becomes 2 n pos[j]: no gathered copy of the
+// rows (decoding: ~2.5 us of index_select per call). Returns -1 if a position is negative, the largest position
+// if one is >= L -- in both cases before anything is written -- else 0 after rotating.
+#define ROPE_PLAN_GATHER(NAME, T, KERNEL)                                                                       \
+int64_t NAME(T *q_out, const T *q, T *k_out, const T *k, const f32 *rows, int64_t L, const int64_t *pos,        \
+             int64_t N, const int64_t *p) {                                                                    \
+    int64_t hi = -1;                                                                                           \
+    for (int64_t i = 0; i < N; ++i) {                                                                          \
+        if (pos[i] < 0) return -1;                                                                             \
+        if (pos[i] > hi) hi = pos[i];                                                                          \
+    }                                                                                                          \
+    if (hi >= L) return hi;                                                                                    \
+    const int64_t n = p[2] / 2, prow = 2 * n;                                                                  \
+    T *outs[2] = {q_out, k_out};                                                                               \
+    const T *ins[2] = {q, k};                                                                                  \
+    for (int64_t j = 0; j < p[0]; ++j) {                                                                       \
+        const int64_t *t = p + 6 + 12 * j;                                                                     \
+        KERNEL##_ex(outs[j], ins[j], t[0], t[1], t[2], p[1], t[3], t[4], t[5], t[6], t[7], t[8], rows,          \
+                    rows + n, t[9] / prow, t[10] / prow, t[11] / prow, p[2], (int)p[3], (int)p[4], (int)p[5],  \
+                    pos, prow);                                                                                \
+    }                                                                                                          \
+    return 0;                                                                                                  \
+}
+
+ROPE_PLAN_GATHER(ropekit_plan_gather_f32, f32, ropekit_rope_f32)
+ROPE_PLAN_GATHER(ropekit_plan_gather_bf16, bf16, ropekit_rope_bf16)
+ROPE_PLAN_GATHER(ropekit_plan_gather_f16, f16, ropekit_rope_f16)
+
 #include "rope_cache_write.h"
 
 // Multi-axis tables from the exact 1-D cache rows (ropekit/axis_tables.py): band j of token t is read at the
-// position of its own axis, out[k][t][j] = rows[k][pos[slots[j]][t]][j] for k = 0 (cos), 1 (sin).
-// rows: [2, L, n] float32 contiguous; pos: [A, N] int64 contiguous; slots: [n] axis per band; out: [2, N, n].
+// position of its own axis, out[k][t][j] = rows[pos[slots[j]][t]][k][j] for k = 0 (cos), 1 (sin).
+// rows: [L, 2, n] float32 contiguous (the packed cache); pos: [A, N] int64 contiguous; slots: [n] axis per band;
+// out: [2, N, n].
 // Returns -1 (nothing written) if a position is negative, the largest position if one is >= L (nothing
 // written: the caller grows the cache and calls again), else the largest position (< L) after writing.
 int64_t ropekit_axis_gather(const f32 *R rows, int64_t L, int64_t n, const int64_t *R pos, int64_t A, int64_t N,
@@ -328,14 +380,14 @@ int64_t ropekit_axis_gather(const f32 *R rows, int64_t L, int64_t n, const int64
     }
     if (hi >= L) return hi;
     for (int k = 0; k < 2; ++k) {  // cos rows, then sin rows
-        const f32 *tab = rows + k * L * n;
+        const f32 *tab = rows + k * n;  // row p of this table at tab + p * 2n
         f32 *o = out + k * N * n;
         for (int64_t t = 0; t < N; ++t, o += n) {
             // Row of axis 0, then each further axis blended in where a band reads it (vectorizes: no
             // per-element index arithmetic; the A rows of a token are read from cache, L1/L2).
-            memcpy(o, tab + pos[t] * n, (size_t)n * sizeof(f32));
+            memcpy(o, tab + pos[t] * 2 * n, (size_t)n * sizeof(f32));
             for (int64_t a = 1; a < A; ++a) {
-                const f32 *R src = tab + pos[a * N + t] * n;
+                const f32 *R src = tab + pos[a * N + t] * 2 * n;
                 for (int64_t j = 0; j < n; ++j) o[j] = slots[j] == a ? src[j] : o[j];
             }
         }
@@ -343,4 +395,4 @@ int64_t ropekit_axis_gather(const f32 *R rows, int64_t L, int64_t n, const int64
     return hi;
 }
 
-int ropekit_abi_version(void) { return 4; }
+int ropekit_abi_version(void) { return 6; }

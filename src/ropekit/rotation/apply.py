@@ -282,11 +282,12 @@ def apply_rope(
     compiling = torch.compiler.is_compiling()
     akey = None if compiling else fastpath.apply_key(q, k, positions, spec, format, inplace, backend)
     hit = fastpath.apply_lookup(akey, spec)
-    if hit is not None:  # validated before with this geometry: integer positions, float32 tables
-        pos = positions if positions.device == q.device else positions.to(q.device)
-        tables = fastpath.shared_tables(pos.reshape(-1), spec)  # contiguous, as when the plan was built
-        if tables is not None:
-            return hit[0](q, k, tables[0], tables[1])
+    if hit is not None:  # validated before with this geometry: integer positions, float32 tables; CPU plan
+        pos = positions if positions.is_cpu else positions.to(q.device)
+        cache = fastpath.shared_cache(spec, pos.device)  # the cache whose row views the plan was built on
+        out = None if cache is None else fastpath.run_cached(hit[0], q, k, cache, pos.reshape(-1))
+        if out is not None:
+            return out
     _validate(q, k, positions, spec, format, inplace, backend)
     need64 = q.dtype == torch.float64 or (k is not None and k.dtype == torch.float64)
     cos, sin = _one_d_tables(positions, spec, format, need64, q.device)

@@ -43,6 +43,11 @@ _PLAN_FN = {
     torch.bfloat16: "ropekit_plan_bf16",
     torch.float16: "ropekit_plan_f16",
 }
+_PLAN_GATHER_FN = {
+    torch.float32: "ropekit_plan_gather_f32",
+    torch.bfloat16: "ropekit_plan_gather_bf16",
+    torch.float16: "ropekit_plan_gather_f16",
+}
 
 
 def supports(x: torch.Tensor) -> bool:
@@ -118,13 +123,14 @@ def raw_rotate(
 class Plan:
     """A prepared call rotating q (and k) in one C call: the low-latency path for repeated shapes (decoding)."""
 
-    __slots__ = ("args", "fn", "inplace", "two", "work")
+    __slots__ = ("args", "fn", "gather_fn", "inplace", "two", "work")
 
     def __init__(
         self, q: torch.Tensor, k: torch.Tensor | None, cos: torch.Tensor, r: int, layout: str, inplace: bool
     ) -> None:
         lib = cpu_build.load()
         self.fn = getattr(lib, _PLAN_FN[q.dtype])
+        self.gather_fn = getattr(lib, _PLAN_GATHER_FN[q.dtype])
         self.inplace, self.two = inplace, k is not None
         self.work = q.numel() + (k.numel() if k is not None else 0)
         vals = [
@@ -142,6 +148,42 @@ class Plan:
     def __call__(
         self, q: torch.Tensor, k: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return self.run(q, k, cos.data_ptr(), sin.data_ptr())
+
+    def call_packed(
+        self, q: torch.Tensor, k: torch.Tensor | None, rows: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The call with the tables as packed rows [N, 2, n] float32 (a read of the table cache, whose row views
+        the plan was built for): cos at each row's offset 0, sin n floats later; no views are made."""
+        ptr = rows.data_ptr()
+        return self.run(q, k, ptr, ptr + 4 * rows.shape[-1])
+
+    def call_gather(
+        self, q: torch.Tensor, k: torch.Tensor | None, rows: torch.Tensor, flat: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+        """The call with the kernel reading each token's rows straight from the packed table cache ``rows``
+        [L, 2, n] (float32, contiguous) at ``flat`` [N] (int64, contiguous: the call's positions in the order the
+        plan's row views had them). None, with nothing written, when a position is outside [0, L)."""
+        qo = q if self.inplace else torch.empty_like(q)
+        ko = k if (self.inplace or k is None) else torch.empty_like(k)
+        self.args[5] = threads_for(self.work)
+        rc = self.gather_fn(
+            qo.data_ptr(),
+            q.data_ptr(),
+            0 if ko is None else ko.data_ptr(),
+            0 if k is None else k.data_ptr(),
+            rows.data_ptr(),
+            rows.shape[0],
+            flat.data_ptr(),
+            flat.shape[0],
+            self.args,
+        )
+        return (qo, ko) if rc == 0 else None
+
+    def run(
+        self, q: torch.Tensor, k: torch.Tensor | None, cos_ptr: int, sin_ptr: int
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The C call on table addresses; the caller guarantees the tables' layout is the one planned for."""
         qo = q if self.inplace else torch.empty_like(q)
         ko = k if (self.inplace or k is None) else torch.empty_like(k)
         self.args[5] = threads_for(self.work)  # follows torch.set_num_threads between calls
@@ -150,8 +192,8 @@ class Plan:
             q.data_ptr(),
             0 if ko is None else ko.data_ptr(),
             0 if k is None else k.data_ptr(),
-            cos.data_ptr(),
-            sin.data_ptr(),
+            cos_ptr,
+            sin_ptr,
             self.args,
         )
         return qo, ko

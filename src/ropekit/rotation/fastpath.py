@@ -22,9 +22,9 @@ import torch
 
 from ropekit.phases import INT_DTYPES
 from ropekit.rotation import cpu_backend
-from ropekit.table_cache import SHARED_LIMIT, shared_tables
+from ropekit.table_cache import SHARED_LIMIT, TableCache, is_row_view, shared_cache, shared_tables
 
-__all__ = ["SHARED_LIMIT", "apply_key", "build", "key", "lookup", "shared_tables"]
+__all__ = ["SHARED_LIMIT", "apply_key", "build", "key", "lookup", "run_cached", "shared_cache", "shared_tables"]
 
 _PLANS: dict[tuple[Any, ...], tuple[object, cpu_backend.Plan]] = {}
 _MAX = 256
@@ -148,15 +148,33 @@ def apply_key(
 
 
 def apply_lookup(k: tuple[Any, ...] | None, spec: object) -> tuple[cpu_backend.Plan] | None:
-    """The plan stored for this call geometry; it expects contiguous float32 [*P, n] tables."""
+    """The plan stored for this call geometry; it expects float32 [*P, n] row views of the packed table cache
+    (:func:`ropekit.table_cache.is_row_view`), which is what :func:`shared_tables` returns."""
     hit = _APPLY.get(k) if k is not None else None
     return (hit[1],) if hit is not None and hit[0] is spec else None
 
 
 def apply_store(k: tuple[Any, ...] | None, spec: object, plan: cpu_backend.Plan, cos: torch.Tensor) -> None:
-    """Remember ``plan`` for the call key ``k`` if it was built for contiguous tables (what the caches return)."""
-    if k is None or not cos.is_contiguous():
+    """Remember ``plan`` for the call key ``k`` if it was built for row views of the packed table cache (what
+    every later cache read returns; tables computed past the cache's limit are contiguous and not remembered)."""
+    if k is None or not is_row_view(cos):
         return
     if len(_APPLY) >= _MAX:
         _APPLY.clear()
     _APPLY[k] = (spec, plan)
+
+
+def run_cached(
+    plan: cpu_backend.Plan, q: torch.Tensor, k: torch.Tensor | None, cache: TableCache, flat: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """A stored plan (built on row views of a table cache) run on the rows of ``cache`` at the 1-D positions
+    ``flat`` [N] (CPU): the kernel reads the rows in place when the positions are contiguous int64 and all cached,
+    else one gather of the rows (growing the cache if needed); None when a position is outside [0, limit), for the
+    caller's exact slow path. Bit-identical to passing the cache's row views as tables (the same rows are read)."""
+    rows = cache.rows
+    if flat.dtype == torch.int64 and flat.is_contiguous() and rows.is_cpu:
+        got = plan.call_gather(q, k, rows, flat)
+        if got is not None:
+            return got
+    packed = cache.packed_rows(flat)  # grows the cache, or None past its limit
+    return None if packed is None else plan.call_packed(q, k, packed)
