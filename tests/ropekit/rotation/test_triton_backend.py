@@ -55,6 +55,26 @@ def test_matches_reference_q_and_k_in_one_launch(dtype, layout, fmt, inplace, ro
         assert torch.equal(q[..., rot:], q0[..., rot:])
 
 
+@pytest.mark.parametrize("fmt", ["bshd", "bhsd", "thd"])
+def test_tables_read_from_the_packed_cache_with_their_row_stride(fmt: str) -> None:
+    """Integer positions below the shared cache's limit come as row views of the packed [L, 2, n] cache (row stride
+    2n): the launch reads them with that stride, no copy, and matches the float64 reference."""
+    from ropekit.table_cache import is_row_view, shared_tables
+
+    spec = RopeSpec(32, base=10_000.0)
+    b, s = (1 if fmt == "thd" else 2), 7
+    pos = (torch.randint(0, 1000, (s,)) if fmt == "thd" else torch.randint(0, 1000, (b, s))).to(DEVICE)
+    hit = shared_tables(pos, spec)
+    assert hit is not None and is_row_view(hit[0]) and not hit[0].is_contiguous()
+    shape = {"bshd": (b, s, 4, 32), "bhsd": (b, 4, s, 32), "thd": (s, 4, 32)}[fmt]
+    q, k = _x(shape, torch.float32), _x(shape, torch.float32)
+    qr, kr = apply_rope(q.clone(), k.clone(), pos, spec, format=fmt, backend="triton")
+    for got, x in ((qr, q), (kr, k)):
+        torch.testing.assert_close(
+            got.double().cpu(), reference_rope(x.cpu(), pos.cpu(), spec, format=fmt), rtol=0, atol=TOL[torch.float32]
+        )
+
+
 def test_backward_is_the_inverse_rotation() -> None:
     spec = RopeSpec(32, rotary_dim=16)
     pos = torch.tensor([[0, 9, 7_000_000]], device=DEVICE)
