@@ -13,7 +13,7 @@ import statistics
 from collections.abc import Iterable
 from typing import Any
 
-from ropekit.report.plotting import label_axes, length_ticks, mark_quick, raw_and_smoothed
+from ropekit.report.plotting import distinct_colors, label_axes, length_ticks, mark_quick, raw_and_smoothed
 
 __all__ = ["SMOOTH", "extrapolation", "frequencies", "passkey", "scaling"]
 
@@ -33,9 +33,15 @@ def extrapolation(fig: Any, result: dict[str, Any], *, quick: bool) -> None:
     rows, L = result["results"], result["train_len"]
     ax1, ax2 = fig.subplots(1, 2)
     lengths = sorted(_unique(r["eval_len"] for r in rows))
-    for enc in _unique(r["encoding"] for r in rows):
+    encs = _unique(r["encoding"] for r in rows)
+    color = distinct_colors([*encs, *(e for e in result["per_position_loss"] if e not in encs)])
+    for enc in encs:
         ax1.plot(
-            lengths, [_mean(rows, "ppl", encoding=enc, eval_len=n) for n in lengths], marker="o", label=enc
+            lengths,
+            [_mean(rows, "ppl", encoding=enc, eval_len=n) for n in lengths],
+            marker="o",
+            label=enc,
+            color=color[enc],
         )
     ax1.axvline(L, color="gray", ls=":", label=f"training length {L}")
     ax1.set(xscale="log", yscale="log")
@@ -48,7 +54,7 @@ def extrapolation(fig: Any, result: dict[str, Any], *, quick: bool) -> None:
     )
     per_pos = result["per_position_loss"]
     for enc, losses in per_pos.items():
-        raw_and_smoothed(ax2, losses, label=enc, window=SMOOTH)
+        raw_and_smoothed(ax2, losses, label=enc, window=SMOOTH, color=color[enc])
     ax2.axvline(L, color="gray", ls=":", label=f"training length {L}")
     ax2.set_ylim(0, None)
     n = max((len(v) for v in per_pos.values()), default=0)

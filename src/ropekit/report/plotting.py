@@ -91,6 +91,21 @@ def moving_average(y: Sequence[float], window: int) -> list[float]:
     return out
 
 
+def distinct_colors(names: Sequence[str]) -> dict[str, Any]:
+    """One colour per name, all different: matplotlib's tab10 up to 10 names, tab20 up to 20, then a sampled
+    continuous map (the default colour cycle repeats after 10, so an 11th curve would share the first's colour)."""
+    import matplotlib
+
+    n = len(names)
+    if n <= 10:
+        cols = [matplotlib.colormaps["tab10"](i) for i in range(n)]
+    elif n <= 20:
+        cols = [matplotlib.colormaps["tab20"](i) for i in range(n)]
+    else:
+        cols = [matplotlib.colormaps["turbo"](i / (n - 1)) for i in range(n)]
+    return dict(zip(names, cols))
+
+
 def raw_and_smoothed(
     ax: Any,
     y: Sequence[float],

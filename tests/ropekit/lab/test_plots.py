@@ -90,3 +90,22 @@ def test_figure_helper_is_shared() -> None:
     fig, axes = figure(2)
     assert len(axes) == 2
     png_bytes(fig)
+
+
+def test_eleven_encodings_get_eleven_colours_the_same_in_both_panels() -> None:
+    """The default colour cycle repeats after 10: the 11-encoding extrapolation figure once drew NoPE and the dense
+    rotation in the same blue. Every encoding now has its own colour, and the same one in both panels."""
+    encs = [f"enc{i}" for i in range(11)]
+    result = {
+        "train_len": L,
+        "results": [{"encoding": e, "seed": 0, "eval_len": m * L, "ppl": 3.0 + m} for e in encs for m in (1, 2)],
+        "per_position_loss": {e: [1.0] * (2 * L) for e in encs},
+    }
+    fig = pyplot().figure(figsize=(11, 4.5))
+    plots.extrapolation(fig, result, quick=False)
+    ax1, ax2 = fig.axes[:2]
+    left = {ln.get_label(): ln.get_color() for ln in ax1.get_lines() if ln.get_label() in encs}
+    right = {ln.get_label().split(" (")[0]: ln.get_color() for ln in ax2.get_lines() if "-pt mean" in ln.get_label()}
+    assert len(left) == 11 and len({tuple(c) for c in left.values()}) == 11
+    assert right == left
+    pyplot().close(fig)
