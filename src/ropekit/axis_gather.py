@@ -54,11 +54,9 @@ def gather_bands(cache: Any, pos: torch.Tensor, spec: RopeSpec) -> tuple[torch.T
     flat = pos.reshape(pos.shape[0], -1).to(torch.int64)  # [A, N]
     per_band = flat.index_select(0, slots(spec, pos.device)).t()  # [N, n] view: band j's position per token
     idx = per_band * (2 * n) + _band_offsets(n, pos.device)  # flat index of (position, cos, band) in the rows
-    flat_rows = rows.reshape(-1)
     idx = idx.reshape(-1)
-    cos = flat_rows.index_select(0, idx)  # [N * n]
-    sin = flat_rows.index_select(0, idx + n)  # the sin row sits n floats after the cos row
-    return cos.view(shape), sin.view(shape)
+    both = rows.reshape(-1).index_select(0, torch.cat((idx, idx + n)))  # cos entries, then sin (n floats later)
+    return both[: idx.numel()].view(shape), both[idx.numel() :].view(shape)
 
 
 def _gather_c(

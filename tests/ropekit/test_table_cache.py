@@ -149,7 +149,8 @@ def test_kernel_reads_cache_rows_in_place_bit_identical_to_given_tables(
     entry: str, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The armed decode path hands the kernel the packed cache and the positions (no gathered copy). Oracle: the
-    same call with the exact tables given (``apply_rope_tables``, no cache, no plan): equal bit for bit, for
+    exact tables computed directly (no cache) rotated by the pure-PyTorch backend (no plan, no C kernel; the kernel
+    is bit-identical to it by design, no FMA): equal bit for bit, for
     positions inside the cache, past its end (it grows), negative or past its limit (exact slow path), int32 and
     non-contiguous positions (the gathered-rows path), k absent, out of place, and every format."""
     from ropekit import apply_rope_tables
@@ -182,9 +183,9 @@ def test_kernel_reads_cache_rows_in_place_bit_identical_to_given_tables(
                         g = torch.Generator().manual_seed(step)
                         q = torch.randn(qs, generator=g).to(dtype)
                         k = torch.randn(ks, generator=g).to(dtype) if with_k else None
-                        cos, sin = rope_tables(pos, spec)
-                        want = apply_rope_tables(
-                            q.clone(), None if k is None else k.clone(), cos, sin, spec, format=fmt
+                        cos, sin = _rope_tables(pos, spec)  # computed directly: no cache
+                        want = apply_rope_tables(  # the pure-PyTorch backend: no plan, no C kernel
+                            q.clone(), None if k is None else k.clone(), cos, sin, spec, format=fmt, backend="torch"
                         )
                         qa, ka = q.clone(), None if k is None else k.clone()
                         with torch.no_grad():

@@ -161,14 +161,9 @@ def _lab(args: argparse.Namespace) -> int:
     if args.precision is not None:
         kw["precision"] = args.precision
     if args.merge is not None:
-        given = [
-            f"--{name.replace('_', '-')}"
-            for name, default in (
-                ("seeds", 1), ("train_len", 128), ("steps", None), ("corpus", None), ("encodings", None),
-                ("precision", None),
-            )
-            if getattr(args, name) != default
-        ]
+        defaults = vars(build_parser().parse_args(["lab", args.experiment]))
+        training = ("seeds", "train_len", "steps", "corpus", "encodings", "precision")
+        given = [f"--{name.replace('_', '-')}" for name in training if getattr(args, name) != defaults[name]]
         if args.experiment != "extrapolation" or given:
             raise ValueError(
                 "--merge merges extrapolation results without training (the merged runs fix the budget); got "

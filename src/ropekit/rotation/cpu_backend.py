@@ -86,7 +86,10 @@ def _geometry(x: torch.Tensor, out: torch.Tensor, cos: torch.Tensor) -> list[int
     )
 
 
-def _tables(cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def kernel_tables(cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """float32 tables with a unit last stride and equal strides, as the kernels read them (one set of table
+    strides for both): returned as they are when they already are (row views of the packed cache, broadcast
+    views), else copied."""
     cos = cos if cos.dtype == torch.float32 and cos.stride(-1) == 1 else cos.float().contiguous()
     sin = sin if sin.dtype == torch.float32 and sin.stride(-1) == 1 else sin.float().contiguous()
     if cos.stride() != sin.stride():
@@ -100,7 +103,7 @@ def raw_rotate(
     if not supports(x):
         return torch_backend.raw_rotate(x, cos, sin, r, layout, inplace, sign)
     lib = cpu_build.load()
-    cos, sin = _tables(cos, sin)
+    cos, sin = kernel_tables(cos, sin)
     out = x if inplace else torch.empty_like(x)
     g = _geometry(x, out, cos)
     getattr(lib, _FN[x.dtype])(
@@ -150,13 +153,21 @@ class Plan:
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         return self.run(q, k, cos.data_ptr(), sin.data_ptr())
 
+    def _outputs(
+        self, q: torch.Tensor, k: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Where the call writes (q and k themselves in place), and the thread count set for this call."""
+        self.args[5] = threads_for(self.work)  # follows torch.set_num_threads between calls
+        qo = q if self.inplace else torch.empty_like(q)
+        return qo, k if (self.inplace or k is None) else torch.empty_like(k)
+
     def call_packed(
         self, q: torch.Tensor, k: torch.Tensor | None, rows: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The call with the tables as packed rows [N, 2, n] float32 (a read of the table cache, whose row views
         the plan was built for): cos at each row's offset 0, sin n floats later; no views are made."""
         ptr = rows.data_ptr()
-        return self.run(q, k, ptr, ptr + 4 * rows.shape[-1])
+        return self.run(q, k, ptr, ptr + rows.element_size() * rows.shape[-1])
 
     def call_gather(
         self, q: torch.Tensor, k: torch.Tensor | None, rows: torch.Tensor, flat: torch.Tensor
@@ -164,9 +175,7 @@ class Plan:
         """The call with the kernel reading each token's rows straight from the packed table cache ``rows``
         [L, 2, n] (float32, contiguous) at ``flat`` [N] (int64, contiguous: the call's positions in the order the
         plan's row views had them). None, with nothing written, when a position is outside [0, L)."""
-        qo = q if self.inplace else torch.empty_like(q)
-        ko = k if (self.inplace or k is None) else torch.empty_like(k)
-        self.args[5] = threads_for(self.work)
+        qo, ko = self._outputs(q, k)
         rc = self.gather_fn(
             qo.data_ptr(),
             q.data_ptr(),
@@ -184,9 +193,7 @@ class Plan:
         self, q: torch.Tensor, k: torch.Tensor | None, cos_ptr: int, sin_ptr: int
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The C call on table addresses; the caller guarantees the tables' layout is the one planned for."""
-        qo = q if self.inplace else torch.empty_like(q)
-        ko = k if (self.inplace or k is None) else torch.empty_like(k)
-        self.args[5] = threads_for(self.work)  # follows torch.set_num_threads between calls
+        qo, ko = self._outputs(q, k)
         self.fn(
             qo.data_ptr(),
             q.data_ptr(),

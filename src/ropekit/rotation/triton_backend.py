@@ -21,6 +21,7 @@ import torch
 
 from ropekit.rotation import torch_backend
 from ropekit.rotation.autograd import make_rotate
+from ropekit.rotation.cpu_backend import kernel_tables
 
 __all__ = ["available", "raw_rotate", "rotate", "rotate_qk", "supports"]
 
@@ -190,14 +191,7 @@ def rotate_qk(
     if k is not None:
         _, _, HK, k_sb, k_ss, k_sh = _bshd(k)
         _, _, _, ko_sb, ko_ss, ko_sh = _bshd(ko)  # type: ignore[arg-type]
-    if not (
-        cos.dtype == torch.float32
-        and sin.dtype == torch.float32
-        and cos.stride(-1) == 1
-        and cos.stride() == sin.stride()
-    ):  # the kernel reads both tables with one set of strides: row views of the packed cache need no copy
-        cos = cos.float().contiguous()
-        sin = sin.float().contiguous()
+    cos, sin = kernel_tables(cos, sin)  # one set of strides for both; row views of the packed cache: no copy
     t_sb = 0 if cos.dim() == 2 or cos.shape[0] == 1 else cos.stride(0)
     t_ss = cos.stride(-2)
     BLOCK_H = min(8, triton.next_power_of_2(max(HQ, HK, 1)))

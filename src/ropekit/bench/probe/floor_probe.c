@@ -43,25 +43,12 @@ static void v_traffic(void) {
             for (int i = 0; i < NB; ++i) { x[i] = x[i] + c[i] * 0.0f; x[i + NB] = x[i + NB] + z[i] * 0.0f; }
         }
 }
-static void tiled(int T) {
-    for (int s0 = 0; s0 < S; s0 += T)
+static void v_tiled(void) {
+    for (int s0 = 0; s0 < S; s0 += 512)
         for (int h = 0; h < H; ++h)
-            for (int s = s0; s < s0 + T; ++s)
+            for (int s = s0; s < s0 + 512; ++s)
                 half_inplace_f32(row(h, s), cs + (int64_t)s * NB, sn + (int64_t)s * NB, NB, 1.0f);
 }
-static void grouped(int G) {
-    for (int h0 = 0; h0 < H; h0 += G)
-        for (int s = 0; s < S; ++s)
-            for (int h = h0; h < h0 + G; ++h)
-                half_inplace_f32(row(h, s), cs + (int64_t)s * NB, sn + (int64_t)s * NB, NB, 1.0f);
-}
-static void v_group2(void) { grouped(2); }
-static void v_group4(void) { grouped(4); }
-static void v_group8(void) { grouped(8); }
-static void v_tiled(void) { tiled(512); }
-static void v_tiled8(void) { tiled(8); }
-static void v_tiled32(void) { tiled(32); }
-static void v_tiled128(void) { tiled(128); }
 static void v_packed(void) {
     for (int h = 0; h < H; ++h)
         for (int s = 0; s < S; ++s) half_inplace_f32(row(h, s), pk + (int64_t)s * 128, pk + (int64_t)s * 128 + 64, NB, 1.0f);
@@ -86,8 +73,6 @@ int main(int argc, char **argv) {
     struct { const char *name; void (*fn)(void); } v[] = {
         {"scale", v_scale}, {"same row", v_same}, {"rotation", v_rot},
         {"traffic", v_traffic}, {"tiled 512", v_tiled}, {"packed", v_packed},
-        {"tiled 8", v_tiled8}, {"tiled 32", v_tiled32}, {"tiled 128", v_tiled128},
-        {"group 2", v_group2}, {"group 4", v_group4}, {"group 8", v_group8},
     };
     enum { NV = sizeof v / sizeof v[0] };
     double *t = malloc(sizeof(double) * NV * (size_t)rounds);
