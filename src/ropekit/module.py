@@ -134,7 +134,7 @@ class Rotary(nn.Module):
         hit = fastpath.apply_lookup(akey, self.spec)
         # a plan exists only for CPU tensors (the key holds q's and the positions' devices)
         if hit is not None and positions.is_cpu:
-            out = fastpath.run_cached(hit[0], q, k, cache, positions.reshape(-1))  # the plan's cache rows
+            out = fastpath.run_cached(hit[0], q, k, cache, positions)  # the plan's cache rows
             if out is not None:
                 return akey, out
         return akey, None

@@ -143,6 +143,23 @@ def test_cache_reads_share_one_row_stream_and_plans_match_them() -> None:
     assert fastpath.apply_lookup(key, SPEC) is not None  # the last call went through the stored plan
 
 
+
+def _count_gathers(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Count the plan calls in which the kernel read the cache rows itself (the in-kernel gather ran)."""
+    from ropekit.rotation import cpu_backend
+
+    calls = {"gather": 0}
+    real = cpu_backend.Plan.call_gather
+
+    def counting(self, *a):  # type: ignore[no-untyped-def]
+        got = real(self, *a)
+        calls["gather"] += got is not None
+        return got
+
+    monkeypatch.setattr(cpu_backend.Plan, "call_gather", counting)
+    return calls
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("entry", ["apply_rope", "Rotary"])
 def test_kernel_reads_cache_rows_in_place_bit_identical_to_given_tables(
@@ -154,21 +171,12 @@ def test_kernel_reads_cache_rows_in_place_bit_identical_to_given_tables(
     positions inside the cache, past its end (it grows), negative or past its limit (exact slow path), int32 and
     non-contiguous positions (the gathered-rows path), k absent, out of place, and every format."""
     from ropekit import apply_rope_tables
-    from ropekit.rotation import cpu_backend
 
-    calls = {"gather": 0}
-    real = cpu_backend.Plan.call_gather
-
-    def counting(self, *a):  # type: ignore[no-untyped-def]
-        got = real(self, *a)
-        calls["gather"] += got is not None
-        return got
-
+    calls = _count_gathers(monkeypatch)
     spec = RopeSpec(head_dim=32, rotary_dim=24, base=10_000.0)
     rope = Rotary(spec, max_seq_len=16, format="bhsd", cache_limit=4096)
     shapes = {"bhsd": ((3, 4, 1, 32), (3, 2, 1, 32)), "bshd": ((3, 1, 4, 32), (3, 1, 2, 32))}
     steps = ([3, 9, 14], [5, 1000, 7], [-5, 7, 1], [3, 10_000, 2], [4, 10, 15])
-    monkeypatch.setattr(cpu_backend.Plan, "call_gather", counting)
     for fmt, (qs, ks) in shapes.items():
         rope.format = fmt  # type: ignore[assignment]
         for inplace in (True, False):
@@ -198,3 +206,37 @@ def test_kernel_reads_cache_rows_in_place_bit_identical_to_given_tables(
                         if k is not None:
                             assert torch.equal(got[1], want[1])  # type: ignore[arg-type]
     assert calls["gather"] > 20  # the in-place read really ran (not only the fallbacks)
+
+
+@pytest.mark.parametrize("fmt", ["bshd", "bhsd"])
+def test_kernel_cache_read_split_across_threads_bit_identical(fmt: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A prefill-sized repeated call takes the same in-kernel cache read on two threads, in chunks that start in
+    the middle of a sequence, with every row's position different from the row before (shuffled): the kernel
+    loads each row's cache offset a row ahead, so a wrong look-ahead (stale, skipped, or read past a chunk) shows
+    here. Oracle: exact tables computed directly, rotated by the pure-PyTorch backend, bit for bit."""
+    from ropekit import apply_rope_tables
+    from ropekit.kernels import cpu_build
+    from ropekit.rotation import cpu_backend
+
+    if cpu_build.load() is None:
+        pytest.skip("no C compiler: the fused CPU kernel is unavailable")
+    calls = _count_gathers(monkeypatch)
+    spec = RopeSpec(head_dim=64, base=10_000.0)
+    b, s, hq, hk = 2, 600, 8, 2
+    shape = {"bshd": lambda h: (b, s, h, 64), "bhsd": lambda h: (b, h, s, 64)}[fmt]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert cpu_backend.threads_for(b * s * (hq + hk) * 64) == 2
+        for seed in range(3):
+            g = torch.Generator().manual_seed(seed)
+            pos = torch.randperm(2 * s, generator=g)[: b * s].reshape(b, s)
+            q, k = torch.randn(shape(hq), generator=g), torch.randn(shape(hk), generator=g)
+            cos, sin = _rope_tables(pos, spec)
+            want = apply_rope_tables(q.clone(), k.clone(), cos, sin, spec, format=fmt, backend="torch")
+            with torch.no_grad():
+                got = apply_rope(q.clone(), k.clone(), pos, spec, format=fmt, inplace=True)
+            assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), seed  # type: ignore[arg-type]
+    finally:
+        torch.set_num_threads(threads)
+    assert calls["gather"] >= 2  # the second and third calls read the cache in the kernel

@@ -285,7 +285,7 @@ def apply_rope(
     if hit is not None:  # validated before with this geometry: integer positions, float32 tables; CPU plan
         pos = positions if positions.is_cpu else positions.to(q.device)
         cache = fastpath.shared_cache(spec, pos.device)  # the cache whose row views the plan was built on
-        out = None if cache is None else fastpath.run_cached(hit[0], q, k, cache, pos.reshape(-1))
+        out = None if cache is None else fastpath.run_cached(hit[0], q, k, cache, pos)
         if out is not None:
             return out
     _validate(q, k, positions, spec, format, inplace, backend)

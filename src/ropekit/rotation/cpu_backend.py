@@ -126,7 +126,7 @@ def raw_rotate(
 class Plan:
     """A prepared call rotating q (and k) in one C call: the low-latency path for repeated shapes (decoding)."""
 
-    __slots__ = ("args", "fn", "gather_fn", "inplace", "two", "work")
+    __slots__ = ("args", "fn", "gather_fn", "inplace", "one_thread", "two", "work")
 
     def __init__(
         self, q: torch.Tensor, k: torch.Tensor | None, cos: torch.Tensor, r: int, layout: str, inplace: bool
@@ -136,6 +136,7 @@ class Plan:
         self.gather_fn = getattr(lib, _PLAN_GATHER_FN[q.dtype])
         self.inplace, self.two = inplace, k is not None
         self.work = q.numel() + (k.numel() if k is not None else 0)
+        self.one_thread = self.work < 2 * GRAIN  # threads_for is 1 whatever torch's setting (decoding)
         vals = [
             2 if k is not None else 1,
             q.shape[-1],
@@ -157,7 +158,8 @@ class Plan:
         self, q: torch.Tensor, k: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Where the call writes (q and k themselves in place), and the thread count set for this call."""
-        self.args[5] = threads_for(self.work)  # follows torch.set_num_threads between calls
+        if not self.one_thread:
+            self.args[5] = threads_for(self.work)  # follows torch.set_num_threads between calls
         qo = q if self.inplace else torch.empty_like(q)
         return qo, k if (self.inplace or k is None) else torch.empty_like(k)
 
@@ -170,10 +172,10 @@ class Plan:
         return self.run(q, k, ptr, ptr + rows.element_size() * rows.shape[-1])
 
     def call_gather(
-        self, q: torch.Tensor, k: torch.Tensor | None, rows: torch.Tensor, flat: torch.Tensor
+        self, q: torch.Tensor, k: torch.Tensor | None, rows: torch.Tensor, positions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
         """The call with the kernel reading each token's rows straight from the packed table cache ``rows``
-        [L, 2, n] (float32, contiguous) at ``flat`` [N] (int64, contiguous: the call's positions in the order the
+        [L, 2, n] (float32, contiguous) at ``positions`` [*P] (int64, contiguous: read flat, in the order the
         plan's row views had them). None, with nothing written, when a position is outside [0, L)."""
         qo, ko = self._outputs(q, k)
         rc = self.gather_fn(
@@ -183,8 +185,8 @@ class Plan:
             0 if k is None else k.data_ptr(),
             rows.data_ptr(),
             rows.shape[0],
-            flat.data_ptr(),
-            flat.shape[0],
+            positions.data_ptr(),
+            positions.numel(),
             self.args,
         )
         return (qo, ko) if rc == 0 else None

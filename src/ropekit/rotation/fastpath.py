@@ -165,16 +165,16 @@ def apply_store(k: tuple[Any, ...] | None, spec: object, plan: cpu_backend.Plan,
 
 
 def run_cached(
-    plan: cpu_backend.Plan, q: torch.Tensor, k: torch.Tensor | None, cache: TableCache, flat: torch.Tensor
+    plan: cpu_backend.Plan, q: torch.Tensor, k: torch.Tensor | None, cache: TableCache, positions: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
-    """A stored plan (built on row views of a table cache) run on the rows of ``cache`` at the 1-D positions
-    ``flat`` [N] (CPU): the kernel reads the rows in place when the positions are contiguous int64 and all cached,
+    """A stored plan (built on row views of a table cache) run on the rows of ``cache`` at ``positions`` [*P]
+    (CPU, read flat): the kernel reads the rows in place when the positions are contiguous int64 and all cached,
     else one gather of the rows (growing the cache if needed); None when a position is outside [0, limit), for the
     caller's exact slow path. Bit-identical to passing the cache's row views as tables (the same rows are read)."""
     rows = cache.rows
-    if flat.dtype == torch.int64 and flat.is_contiguous() and rows.is_cpu:
-        got = plan.call_gather(q, k, rows, flat)
+    if positions.dtype == torch.int64 and positions.is_contiguous() and rows.is_cpu:
+        got = plan.call_gather(q, k, rows, positions)
         if got is not None:
             return got
-    packed = cache.packed_rows(flat)  # grows the cache, or None past its limit
+    packed = cache.packed_rows(positions.reshape(-1))  # grows the cache, or None past its limit
     return None if packed is None else plan.call_packed(q, k, packed)
