@@ -213,7 +213,7 @@ def test_kernel_cache_read_split_across_threads_bit_identical(fmt: str, monkeypa
     """A prefill-sized repeated call takes the same in-kernel cache read on two threads, in chunks that start in
     the middle of a sequence, with every row's position different from the row before (shuffled): the kernel
     loads each row's cache offset a row ahead, so a wrong look-ahead (stale, skipped, or read past a chunk) shows
-    here. Oracle: exact tables computed directly, rotated by the pure-PyTorch backend, bit for bit."""
+    here; in bhsd the rows run as head groups (a full group of 8 and a partial one of 4, chunks of tokens). Oracle: exact tables computed directly, rotated by the pure-PyTorch backend, bit for bit."""
     from ropekit import apply_rope_tables
     from ropekit.kernels import cpu_build
     from ropekit.rotation import cpu_backend
@@ -222,7 +222,7 @@ def test_kernel_cache_read_split_across_threads_bit_identical(fmt: str, monkeypa
         pytest.skip("no C compiler: the fused CPU kernel is unavailable")
     calls = _count_gathers(monkeypatch)
     spec = RopeSpec(head_dim=64, base=10_000.0)
-    b, s, hq, hk = 2, 600, 8, 2
+    b, s, hq, hk = 2, 600, 12, 2  # bhsd: 12 q heads run as head groups of 8 and 4
     shape = {"bshd": lambda h: (b, s, h, 64), "bhsd": lambda h: (b, h, s, 64)}[fmt]
     threads = torch.get_num_threads()
     torch.set_num_threads(2)

@@ -65,21 +65,26 @@ typedef struct {
         }                                                                                                       \
     } while (0)
 
-// Contiguous cache with k and the cache both head-major (bhsd, HF's layout): heads outside, the chunk's tokens
-// inside, so that every head's rows are read and written as one contiguous run (token-major order touches
-// 2 Hk + Hq far-apart rows per token, which costs about 2x a plain copy of the same bytes). Each table row is
-// then read once per head, from cache (a chunk's rows are at most a few hundred KB).
+// Contiguous cache with k and the cache both head-major (bhsd, HF's layout): head groups outside, the chunk's
+// tokens inside, so that every head's rows are read and written as a few contiguous runs advancing together
+// (token-major order touches 2 Hk + Hq far-apart rows per token, which costs about 2x a plain copy of the same
+// bytes). Each table row is read once per group of heads (rope_cpu.c: GROUPED), not once per head: groups of
+// STREAMS q heads (rotated in place: one stream per head), of CW_GROUP k heads (a read and a write stream each).
+#define CW_GROUP (STREAMS / 2)
 #define CW_HEADS_OUTER(T, N)                                                                                    \
     do {                                                                                                        \
         const int64_t b0 = begin / S, s0 = begin % S;                                                           \
-        for (int64_t h = 0; h < Hk; ++h) {                                                                      \
+        for (int64_t h0 = 0; h0 < Hk; h0 += CW_GROUP) {                                                         \
+            const int64_t h1 = h0 + CW_GROUP < Hk ? h0 + CW_GROUP : Hk;                                         \
             int64_t b = b0, s = s0;                                                                             \
             for (int64_t t = begin; t < end; ++t) {                                                             \
                 const int64_t tb = b * p[21] + s * p[22];                                                       \
-                const T *kr = (const T *)a->k + b * p[6] + s * p[7] + h * p[8];                                 \
-                T *dst = (T *)a->ck + b * p[15] + (a->index[b] + s) * p[16] + h * p[17];                        \
-                cw_copy_##T(dst, kr, a->cosp + tb, a->sinp + tb, N, il);                                        \
-                if (D > r) memcpy(dst + r, kr + r, (size_t)(D - r) * sizeof(T));                                \
+                for (int64_t h = h0; h < h1; ++h) {                                                             \
+                    const T *kr = (const T *)a->k + b * p[6] + s * p[7] + h * p[8];                             \
+                    T *dst = (T *)a->ck + b * p[15] + (a->index[b] + s) * p[16] + h * p[17];                    \
+                    cw_copy_##T(dst, kr, a->cosp + tb, a->sinp + tb, N, il);                                    \
+                    if (D > r) memcpy(dst + r, kr + r, (size_t)(D - r) * sizeof(T));                            \
+                }                                                                                               \
                 if (++s == S) { s = 0; ++b; }                                                                   \
             }                                                                                                   \
         }                                                                                                       \
@@ -91,11 +96,14 @@ typedef struct {
                 if (++s == S) { s = 0; ++b; }                                                                   \
             }                                                                                                   \
         }                                                                                                       \
-        for (int64_t h = 0; a->q && h < Hq; ++h) {                                                              \
+        for (int64_t h0 = 0; a->q && h0 < Hq; h0 += STREAMS) {                                                  \
+            const int64_t h1 = h0 + STREAMS < Hq ? h0 + STREAMS : Hq;                                           \
             int64_t b = b0, s = s0;                                                                             \
             for (int64_t t = begin; t < end; ++t) {                                                             \
                 const int64_t tb = b * p[21] + s * p[22];                                                       \
-                cw_inplace_##T((T *)a->q + b * p[12] + s * p[13] + h * p[14], a->cosp + tb, a->sinp + tb, N, il); \
+                for (int64_t h = h0; h < h1; ++h)                                                               \
+                    cw_inplace_##T((T *)a->q + b * p[12] + s * p[13] + h * p[14], a->cosp + tb, a->sinp + tb,   \
+                                   N, il);                                                                      \
                 if (++s == S) { s = 0; ++b; }                                                                   \
             }                                                                                                   \
         }                                                                                                       \

@@ -218,15 +218,54 @@ typedef struct {
     int interleaved, sign;
     const int64_t *pidx;  // NULL, or positions: the row's table offset is pidx[i0 ts0 + i1 ts1 + i2 ts2] * prow
     int64_t prow;
+    int64_t group;  // 0: the range is rows; G > 0: the range is units of up to G rows sharing a table row (below)
 } rope_args;
 
 // The row index is split into (i0, i1, i2) once per chunk and then stepped (no divisions per row: two 64-bit
 // divisions per row cost about a third of the time when the data is in cache).
+// Head groups (prefill, head-major layouts such as bhsd: the table is broadcast over dim 1, ts1 == 0, and dim 2 is
+// the sequence). Row by row, every head re-reads the whole [S, n] table: one table stream beside each head's q
+// stream, ~1.4-1.8x the time of streaming q alone (docs/kernels.md, "The inner loop"). Instead the range is split
+// into units (i0, g, i2): the rows of a group of consecutive heads at token i2, which read one table row (from L1
+// after the first) -- the group's q streams advance together and the table is read once per group.
+// Group size: at most STREAMS memory streams (in place a head is one stream, out of place two: read and write).
+// Measured with the probe (src/ropekit/bench/probe/floor_probe.c, one thread, in place): groups of 4 and 8 run at
+// 0.8-1.0x the time of streaming q alone, 16 at 1.7-2.1x (more streams than the prefetchers and L1's 8 ways hold);
+// out of place, groups of 8 (16 streams) took 1.6x the time of groups of 4.
+#define STREAMS 8
+#define GROUPED(T, BODY, TBEXPR)                                                                               \
+    {                                                                                                          \
+        const int64_t ng = (d1 + group - 1) / group;                                                           \
+        int64_t i2 = begin % d2, g = (begin / d2) % ng, i0 = (begin / d2) / ng;                                \
+        for (int64_t u = begin; u < end; ++u) {                                                                \
+            const int64_t tj = i0 * ts0 + i2 * ts2;                                                            \
+            const int64_t tb = TBEXPR;                                                                         \
+            const f32 *c = cosp + tb, *s = sinp + tb;                                                          \
+            const int64_t h_end = (g + 1) * group < d1 ? (g + 1) * group : d1;                                 \
+            for (int64_t i1 = g * group; i1 < h_end; ++i1) {                                                   \
+                const T *xr = x + i0 * xs0 + i1 * xs1 + i2 * xs2;                                              \
+                T *orow = out + i0 * os0 + i1 * os1 + i2 * os2;                                                \
+                (void)xr; (void)c; (void)s;                                                                    \
+                BODY;                                                                                          \
+                if (!inplace && D > r) memcpy(orow + r, xr + r, (size_t)(D - r) * sizeof(T));                  \
+            }                                                                                                  \
+            if (++i2 == d2) {                                                                                  \
+                i2 = 0;                                                                                        \
+                if (++g == ng) { g = 0; ++i0; }                                                                \
+            }                                                                                                  \
+        }                                                                                                      \
+    }
+
 // TB names the loop: LOOPS_PLAIN (the row's table offset is its index by the table strides) or LOOPS_GATHER (the
 // plan that reads the packed cache at the call's positions; a separate instantiation: the plain loop is unchanged).
-#define LOOPS(T, BODY, TB) TB(T, BODY)
+#define LOOPS(T, BODY, TB) if (begin < end) { /* an empty range may come with a zero dim: divide only if rows */ \
+        TB(T, BODY)                                                                                            \
+    }
+#define GLOOPS(T, BODY, TB) if (begin < end) GROUPED(T, BODY, TB##_OFFSET)
+#define LOOPS_PLAIN_OFFSET tj
+#define LOOPS_GATHER_OFFSET (pidx[tj] * prow)
 #define LOOPS_PLAIN(T, BODY)                                                                                   \
-    if (begin < end) { /* an empty range may come with a zero dim: divide only when there are rows */          \
+    {                                                                                                          \
         int64_t i2 = begin % d2, i1 = (begin / d2) % d1, i0 = (begin / d2) / d1;                               \
         for (int64_t idx = begin; idx < end; ++idx) {                                                          \
             const T *xr = x + i0 * xs0 + i1 * xs1 + i2 * xs2;                                                  \
@@ -247,7 +286,7 @@ typedef struct {
    rotation (~2.3 ns per row, decode). So the next row's offset is loaded one row ahead, before this row's
    rotation is issued, and its latency overlaps the rotation. */
 #define LOOPS_GATHER(T, BODY)                                                                                  \
-    if (begin < end) {                                                                                         \
+    {                                                                                                          \
         int64_t i2 = begin % d2, i1 = (begin / d2) % d1, i0 = (begin / d2) / d1;                               \
         int64_t tb = pidx[i0 * ts0 + i1 * ts1 + i2 * ts2] * prow;                                              \
         for (int64_t idx = begin; idx < end; ++idx) {                                                          \
@@ -267,8 +306,14 @@ typedef struct {
 
 // Every case gets its own loop, with the band count and the sign as compile-time constants where common,
 // so that the row is fully unrolled and nothing is decided per row.
+// Head groups (prefill) are specialised for the common head dims 64 and 128 only (each specialisation adds ~0.7 s
+// to the kernel's first-use build, docs/kernels.md); other head dims take the band count at run time.
 #define CASES_N(T, CALL, SG, TB)                                                                               \
-    switch (n) {                                                                                               \
+    if (group) switch (n) {                                                                                    \
+        case 32: GLOOPS(T, CALL(32, SG), TB); break;                                                           \
+        case 64: GLOOPS(T, CALL(64, SG), TB); break;                                                           \
+        default: GLOOPS(T, CALL(n, SG), TB); break;                                                            \
+    } else switch (n) {                                                                                        \
         case 16: LOOPS(T, CALL(16, SG), TB); break;                                                            \
         case 32: LOOPS(T, CALL(32, SG), TB); break;                                                            \
         case 64: LOOPS(T, CALL(64, SG), TB); break;                                                            \
@@ -285,7 +330,7 @@ static void FN(const void *vctx, int64_t begin, int64_t end) {                  
     const int64_t os0 = a->os0, os1 = a->os1, os2 = a->os2, ts0 = a->ts0, ts1 = a->ts1, ts2 = a->ts2;          \
     const int64_t r = a->r, n = r / 2;                                                                         \
     const f32 *cosp = a->cosp, *sinp = a->sinp;                                                                \
-    const int64_t *pidx = a->pidx, prow = a->prow;                                                             \
+    const int64_t *pidx = a->pidx, prow = a->prow, group = a->group;                                           \
     (void)pidx; (void)prow;                                                                                    \
     const int inplace = ((const void *)out == (const void *)x);                                                \
     if (a->interleaved) {                                                                                      \
@@ -304,9 +349,14 @@ static void NAME##_ex(T *out, const T *x, int64_t d0, int64_t d1, int64_t d2, in
           int64_t xs0, int64_t xs1, int64_t xs2, int64_t os0, int64_t os1, int64_t os2,                         \
           const f32 *cosp, const f32 *sinp, int64_t ts0, int64_t ts1, int64_t ts2,                               \
           int64_t r, int interleaved, int sign, int nthreads, const int64_t *pidx, int64_t prow) {              \
+    /* head groups when the table is broadcast over dim 1 and dim 2 has several tokens (see GROUPED) */        \
+    const int64_t gmax = (const void *)out == (const void *)x ? STREAMS : STREAMS / 2;                         \
+    const int64_t group = (ts1 == 0 && d1 > 1 && d2 > 1) ? (d1 < gmax ? d1 : gmax) : 0;                        \
+    const int64_t units = group ? d0 * ((d1 + group - 1) / group) * d2 : d0 * d1 * d2;                         \
+    const int64_t chunk = group ? (rows_per_chunk(D) + group - 1) / group : rows_per_chunk(D);                 \
     const rope_args a = {out, x, d1, d2, D, xs0, xs1, xs2, os0, os1, os2, ts0, ts1, ts2, r, cosp, sinp,         \
-                         interleaved, sign, pidx, prow};                                                       \
-    parallel_range(pidx ? NAME##_grange : NAME##_range, &a, d0 * d1 * d2, rows_per_chunk(D), nthreads);        \
+                         interleaved, sign, pidx, prow, group};                                                \
+    parallel_range(pidx ? NAME##_grange : NAME##_range, &a, units, chunk, nthreads);                           \
 }                                                                                                              \
 void NAME(T *out, const T *x, int64_t d0, int64_t d1, int64_t d2, int64_t D,                                    \
           int64_t xs0, int64_t xs1, int64_t xs2, int64_t os0, int64_t os1, int64_t os2,                         \

@@ -152,20 +152,22 @@ def _tasks() -> int:
 def test_multithreaded_split_is_exact_and_never_oversubscribes() -> None:
     """Work large enough for several threads, row counts that do not divide into chunks evenly: the result is the
     PyTorch backend's bit for bit (every row done exactly once), and the kernel never runs more threads than
-    torch.get_num_threads() (its pool holds at most that many minus the caller)."""
+    torch.get_num_threads() (its pool holds at most that many minus the caller). bhsd with 11 heads runs as head
+    groups of 8 and 3 (units of one token's group), split into chunks that start inside a sequence."""
     n = torch.get_num_threads()
     spec = RopeSpec(128, base=500_000.0)
-    q = _x("bshd", 3, 331, 7, 128, torch.float32)  # 890k elements: above 2 * GRAIN
     cos, sin = rope_tables(torch.arange(331), spec)
     try:
-        for threads in sorted({1, 2, n}):
-            torch.set_num_threads(threads)
-            before = _tasks()
-            got = apply_rope_tables(q, None, cos, sin, spec, format="bshd", backend="cpu")[0]
-            ref = apply_rope_tables(q, None, cos, sin, spec, format="bshd", backend="torch")[0]
-            assert torch.equal(got, ref)
-            if threads == 1:
-                assert _tasks() == before  # one thread: the caller alone, no pool thread started
+        for fmt, heads in (("bshd", 7), ("bhsd", 11)):
+            q = _x(fmt, 3, 331, heads, 128, torch.float32)  # 890k / 1.4M elements: above 2 * GRAIN
+            for threads in sorted({1, 2, n}):
+                torch.set_num_threads(threads)
+                before = _tasks()
+                got = apply_rope_tables(q, None, cos, sin, spec, format=fmt, backend="cpu")[0]
+                ref = apply_rope_tables(q, None, cos, sin, spec, format=fmt, backend="torch")[0]
+                assert torch.equal(got, ref), (fmt, threads)
+                if threads == 1:
+                    assert _tasks() == before  # one thread: the caller alone, no pool thread started
     finally:
         torch.set_num_threads(n)
 

@@ -211,12 +211,13 @@ def test_contiguous_head_major_chunks_match_the_torch_path(
     dt: torch.dtype, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """HF's layout (k, v, q and the caches all bhsd) takes the kernel's heads-outer order; work large enough to be
-    split into chunks that start inside a sequence and cross into the next one, on 2 threads. Every written row,
-    v copy and rotated q equals the pure-PyTorch path bit for bit, and the rows not written are untouched."""
+    split into chunks that start inside a sequence and cross into the next one, on 2 threads; q's 12 heads run as
+    head groups of 8 and 4. Every written row, v copy and rotated q equals the pure-PyTorch path bit for bit, and
+    the rows not written are untouched."""
     if cpu_build.load() is None:
         pytest.skip("no C compiler")
     g = torch.Generator().manual_seed(3)
-    B, S, Hk, Hq, D, S_max = 2, 300, 4, 8, 128, 700
+    B, S, Hk, Hq, D, S_max = 2, 300, 4, 12, 128, 700
     spec = RopeSpec(D, base=BASE, rotary_dim=96)  # partial rotary: pass-through channels copied
     k, v, q = (torch.randn(B, h, S, D, generator=g).to(dt) for h in (Hk, Hk, Hq))
     ck0, cv0 = (torch.randn(B, Hk, S_max, D, generator=g).to(dt) for _ in range(2))

@@ -14,6 +14,8 @@
 //   traffic       no rotation, the same reads of q and of the table rows (x += c * 0): the traffic alone
 //   tiled 512     the rotation, 512-token blocks outside and heads inside (table block reused from L2)
 //   packed        the rotation from one table [4096][cos 64 | sin 64] placed 2 KiB off q's page offset
+//   hg G          packed, in head groups: for each group of G heads, token by token, the G rows of that token (the
+//                 table row read once per group, G q streams advancing together): what the kernel does for bhsd
 #define _GNU_SOURCE
 #include "../../kernels/rope_cpu.c"
 #include <stdio.h>
@@ -54,6 +56,18 @@ static void v_packed(void) {
         for (int s = 0; s < S; ++s) half_inplace_f32(row(h, s), pk + (int64_t)s * 128, pk + (int64_t)s * 128 + 64, NB, 1.0f);
 }
 
+#define HG(G)                                                                                                  \
+    static void v_hg##G(void) {                                                                                \
+        for (int h0 = 0; h0 < H; h0 += G)                                                                      \
+            for (int s = 0; s < S; ++s)                                                                        \
+                for (int h = h0; h < h0 + G; ++h)                                                              \
+                    half_inplace_f32(row(h, s), pk + (int64_t)s * 128, pk + (int64_t)s * 128 + 64, NB, 1.0f);  \
+    }
+HG(2)
+HG(4)
+HG(8)
+HG(16)
+
 static void *alloc(size_t bytes, int huge) {
     void *p = aligned_alloc(huge ? (1u << 21) : 64, (bytes + (1u << 21) - 1) & ~(size_t)((1u << 21) - 1));
     if (huge) madvise(p, bytes, MADV_HUGEPAGE);
@@ -73,6 +87,7 @@ int main(int argc, char **argv) {
     struct { const char *name; void (*fn)(void); } v[] = {
         {"scale", v_scale}, {"same row", v_same}, {"rotation", v_rot},
         {"traffic", v_traffic}, {"tiled 512", v_tiled}, {"packed", v_packed},
+        {"hg 2", v_hg2}, {"hg 4", v_hg4}, {"hg 8", v_hg8}, {"hg 16", v_hg16},
     };
     enum { NV = sizeof v / sizeof v[0] };
     double *t = malloc(sizeof(double) * NV * (size_t)rounds);
