@@ -51,6 +51,36 @@ def test_identical_to_the_pytorch_backend(dtype, layout, fmt, inplace, rot) -> N
     )
 
 
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+@pytest.mark.parametrize("fmt", ["bhsd", "bshd"])
+@pytest.mark.parametrize("inplace", [False, True])
+def test_bfloat16_rounding_of_special_values_matches_the_pytorch_backend(
+    layout: str, fmt: str, inplace: bool
+) -> None:
+    """bfloat16 results of every kind: rotations whose float32 value is denormal (the AVX512-BF16 loop rounds those
+    lanes with the integer formula, since the instruction would flush them to zero), infinities, NaNs and ordinary
+    values, mixed inside every 16-lane vector. Oracle: the PyTorch backend (torch's own float32 -> bfloat16 rounding
+    of the same float32 products): the same bits on every non-NaN element and NaN exactly where it has NaN (NaN
+    payloads are not compared: no backend promises them)."""
+    spec = RopeSpec(64, base=10_000.0, layout=layout)  # type: ignore[arg-type]
+    g = torch.Generator().manual_seed(7)
+    x = _x(fmt, 2, 41, 5, 64, torch.float32)
+    kind = torch.randint(0, 10, x.shape, generator=g)
+    x = torch.where(kind <= 2, x * 2.0**-128, x)  # float32 denormals: bfloat16 keeps them (2^-133 and up)
+    x = torch.where(kind == 3, torch.full_like(x, float("inf")) * x.sign(), x)
+    x = torch.where(kind == 4, torch.full_like(x, float("nan")), x)
+    q = x.to(torch.bfloat16)
+    assert ((q.float().abs() < 2.0**-126) & (q != 0)).sum() > 1000  # many denormal inputs (and results)
+    pos = torch.randint(0, 5000, (2, 41))
+    want = apply_rope(q.clone(), None, pos, spec, format=fmt, backend="torch")[0]
+    got = apply_rope(q.clone(), None, pos, spec, format=fmt, backend="cpu", inplace=inplace)[0]
+    nan = torch.isnan(want)
+    assert torch.equal(torch.isnan(got), nan)
+    assert torch.equal(got.view(torch.int16)[~nan], want.view(torch.int16)[~nan])
+    tiny = (want.float().abs() < 2.0**-126) & (want != 0)
+    assert tiny.sum() > 100  # denormal results were produced, and matched
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_strided_views_without_copies(dtype: torch.dtype) -> None:
     spec = RopeSpec(32, rotary_dim=24)
