@@ -19,14 +19,14 @@ static inline void cw_inplace_f32(f32 *x, const f32 *c, const f32 *s, int64_t n,
 }
 static inline void cw_copy_bf16(bf16 *o, const bf16 *x, const f32 *c, const f32 *s, int64_t n, int il) {
 #ifdef ROPEKIT_BF16_VEC
-    if (il) inter_words_bf16(o, x, c, s, n, 1.0f); else half_bf16_vec(o, x, c, s, n, 1.0f);
+    if (il) inter_bf16_vec(o, x, c, s, n, 1.0f); else half_bf16_vec(o, x, c, s, n, 1.0f);
 #else
     if (il) inter_words_bf16(o, x, c, s, n, 1.0f); else half_copy_bf16(o, x, c, s, n, 1.0f);
 #endif
 }
 static inline void cw_inplace_bf16(bf16 *x, const f32 *c, const f32 *s, int64_t n, int il) {
 #ifdef ROPEKIT_BF16_VEC
-    if (il) inter_words_bf16(x, x, c, s, n, 1.0f); else half_bf16_vec(x, x, c, s, n, 1.0f);
+    if (il) inter_bf16_vec(x, x, c, s, n, 1.0f); else half_bf16_vec(x, x, c, s, n, 1.0f);
 #else
     if (il) inter_words_bf16(x, x, c, s, n, 1.0f); else half_inplace_bf16(x, c, s, n, 1.0f);
 #endif

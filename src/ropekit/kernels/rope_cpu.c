@@ -113,7 +113,7 @@ static inline void half_f16c(f16 *o, const f16 *x, const f32 *R c, const f32 *R 
 #endif
 
 #ifdef ROPEKIT_BF16_VEC
-// bfloat16 half layout, 16 lanes at a time, with the AVX512-BF16 conversion (vcvtneps2bf16). The instruction rounds
+// bfloat16 rows, 16 lanes at a time, with the AVX512-BF16 conversion (vcvtneps2bf16). The instruction rounds
 // to nearest even and quiets NaNs exactly like store_bf16, but flushes float32 denormals to zero; the lanes that
 // hold a denormal (rare: |x| < 2^-126) are therefore rounded with store_bf16's integer formula instead, so every
 // result is the same bits as the scalar loop's (NaN payloads aside, which no backend promises). The arithmetic is
@@ -129,7 +129,8 @@ static inline __m256i bf16x16_round(__m512 f) {
                           _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x007fffff));
     if (__builtin_expect(den != 0, 0)) {  // (u + 0x7fff + lsb) >> 16 on the denormal lanes
         const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-        const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
+        const __m512i biased = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb);
+        const __m512i rounded = _mm512_srli_epi32(biased, 16);
         r = _mm256_mask_blend_epi16(den, r, _mm512_cvtepi32_epi16(rounded));
     }
     return r;
@@ -150,6 +151,24 @@ static inline void half_bf16_vec(bf16 *o, const bf16 *x, const f32 *R c, const f
         store_bf16(o + i, a * c[i] - b * si);
         store_bf16(o + n + i, b * c[i] + a * si);
     }
+}
+// The interleaved layout: a pair (x_2i, x_2i+1) is one 32-bit word (see inter_words_bf16), 16 pairs at a time.
+static inline void inter_bf16_vec(bf16 *o, const bf16 *x, const f32 *R c, const f32 *R s, int64_t n, f32 sg) {
+    const __m512 vsg = _mm512_set1_ps(sg);
+    const __m512i hi16 = _mm512_set1_epi32((int)0xffff0000u);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512i w = _mm512_loadu_si512((const void *)(x + 2 * i));
+        const __m512 a = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+        const __m512 b = _mm512_castsi512_ps(_mm512_and_si512(w, hi16));
+        const __m512 ci = _mm512_loadu_ps(c + i), si = _mm512_mul_ps(vsg, _mm512_loadu_ps(s + i));
+        const __m512 lo = _mm512_sub_ps(_mm512_mul_ps(a, ci), _mm512_mul_ps(b, si));
+        const __m512 hi = _mm512_add_ps(_mm512_mul_ps(b, ci), _mm512_mul_ps(a, si));
+        const __m512i out = _mm512_or_si512(_mm512_cvtepu16_epi32(bf16x16_round(lo)),
+                                            _mm512_slli_epi32(_mm512_cvtepu16_epi32(bf16x16_round(hi)), 16));
+        _mm512_storeu_si512((void *)(o + 2 * i), out);
+    }
+    if (i < n) inter_words_bf16(o + 2 * i, x + 2 * i, c + i, s + i, n - i, sg);
 }
 #endif
 
@@ -412,7 +431,11 @@ void NAME(T *out, const T *x, int64_t d0, int64_t d1, int64_t d2, int64_t D,    
 }
 
 #define INTER_f32(N, SG) inter_row_f32(orow, inplace ? orow : xr, c, s, N, SG)
+#ifdef ROPEKIT_BF16_VEC
+#define INTER_bf16(N, SG) inter_bf16_vec(orow, inplace ? orow : xr, c, s, N, SG)
+#else
 #define INTER_bf16(N, SG) inter_words_bf16(orow, inplace ? orow : xr, c, s, N, SG)
+#endif
 #define INTER_f16(N, SG) inter_row_f16(orow, inplace ? orow : xr, c, s, N, SG)
 #define F32_IN(N, SG) half_inplace_f32(orow, c, s, N, SG)
 #define F32_CP(N, SG) half_copy_f32(orow, xr, c, s, N, SG)

@@ -54,15 +54,16 @@ def test_identical_to_the_pytorch_backend(dtype, layout, fmt, inplace, rot) -> N
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 @pytest.mark.parametrize("fmt", ["bhsd", "bshd"])
 @pytest.mark.parametrize("inplace", [False, True])
+@pytest.mark.parametrize("rot", [None, 40])  # 32 bands (two 16-lane vectors), 20 (one vector and 4 left over)
 def test_bfloat16_rounding_of_special_values_matches_the_pytorch_backend(
-    layout: str, fmt: str, inplace: bool
+    layout: str, fmt: str, inplace: bool, rot: int | None
 ) -> None:
     """bfloat16 results of every kind: rotations whose float32 value is denormal (the AVX512-BF16 loop rounds those
     lanes with the integer formula, since the instruction would flush them to zero), infinities, NaNs and ordinary
     values, mixed inside every 16-lane vector. Oracle: the PyTorch backend (torch's own float32 -> bfloat16 rounding
     of the same float32 products): the same bits on every non-NaN element and NaN exactly where it has NaN (NaN
     payloads are not compared: no backend promises them)."""
-    spec = RopeSpec(64, base=10_000.0, layout=layout)  # type: ignore[arg-type]
+    spec = RopeSpec(64, base=10_000.0, layout=layout, rotary_dim=rot)  # type: ignore[arg-type]
     g = torch.Generator().manual_seed(7)
     x = _x(fmt, 2, 41, 5, 64, torch.float32)
     kind = torch.randint(0, 10, x.shape, generator=g)
