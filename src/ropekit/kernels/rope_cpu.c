@@ -407,8 +407,8 @@ static void FN(const void *vctx, int64_t begin, int64_t end) {                  
 }
 
 #define ROPE_KERNEL(NAME, T, HALF_INPLACE, HALF_COPY)                                                           \
-ROPE_RANGE(NAME##_range, T, HALF_INPLACE, HALF_COPY, LOOPS_PLAIN)                                                   \
-ROPE_RANGE(NAME##_grange, T, HALF_INPLACE, HALF_COPY, LOOPS_GATHER)                                                 \
+ROPE_RANGE(NAME##_range, T, HALF_INPLACE, HALF_COPY, LOOPS_PLAIN)                                               \
+ROPE_RANGE(NAME##_grange, T, HALF_INPLACE, HALF_COPY, LOOPS_GATHER)                                             \
 static void NAME##_ex(T *out, const T *x, int64_t d0, int64_t d1, int64_t d2, int64_t D,                      \
           int64_t xs0, int64_t xs1, int64_t xs2, int64_t os0, int64_t os1, int64_t os2,                         \
           const f32 *cosp, const f32 *sinp, int64_t ts0, int64_t ts1, int64_t ts2,                               \
