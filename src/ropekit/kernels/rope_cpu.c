@@ -297,6 +297,15 @@ typedef struct {
 // 0.8-1.0x the time of streaming q alone, 16 at 1.7-2.1x (more streams than the prefetchers and L1's 8 ways hold);
 // out of place, groups of 8 (16 streams) took 1.6x the time of groups of 4.
 #define STREAMS 8
+// One row (i0, i1, i2) of the rotation: BODY on its pointers, then the pass-through channels out of place.
+#define ROW(T, BODY)                                                                                           \
+    {                                                                                                          \
+        const T *xr = x + i0 * xs0 + i1 * xs1 + i2 * xs2;                                                      \
+        T *orow = out + i0 * os0 + i1 * os1 + i2 * os2;                                                        \
+        (void)xr;                                                                                              \
+        BODY;                                                                                                  \
+        if (!inplace && D > r) memcpy(orow + r, xr + r, (size_t)(D - r) * sizeof(T));                          \
+    }
 #define GROUPED(T, BODY, TBEXPR)                                                                               \
     {                                                                                                          \
         const int64_t ng = (d1 + group - 1) / group;                                                           \
@@ -306,13 +315,8 @@ typedef struct {
             const int64_t tb = TBEXPR;                                                                         \
             const f32 *c = cosp + tb, *s = sinp + tb;                                                          \
             const int64_t h_end = (g + 1) * group < d1 ? (g + 1) * group : d1;                                 \
-            for (int64_t i1 = g * group; i1 < h_end; ++i1) {                                                   \
-                const T *xr = x + i0 * xs0 + i1 * xs1 + i2 * xs2;                                              \
-                T *orow = out + i0 * os0 + i1 * os1 + i2 * os2;                                                \
-                (void)xr; (void)c; (void)s;                                                                    \
-                BODY;                                                                                          \
-                if (!inplace && D > r) memcpy(orow + r, xr + r, (size_t)(D - r) * sizeof(T));                  \
-            }                                                                                                  \
+            (void)c; (void)s;                                                                                  \
+            for (int64_t i1 = g * group; i1 < h_end; ++i1) ROW(T, BODY)                                        \
             if (++i2 == d2) {                                                                                  \
                 i2 = 0;                                                                                        \
                 if (++g == ng) { g = 0; ++i0; }                                                                \
@@ -332,13 +336,10 @@ typedef struct {
     {                                                                                                          \
         int64_t i2 = begin % d2, i1 = (begin / d2) % d1, i0 = (begin / d2) / d1;                               \
         for (int64_t idx = begin; idx < end; ++idx) {                                                          \
-            const T *xr = x + i0 * xs0 + i1 * xs1 + i2 * xs2;                                                  \
-            T *orow = out + i0 * os0 + i1 * os1 + i2 * os2;                                                    \
             const int64_t tb = i0 * ts0 + i1 * ts1 + i2 * ts2;                                                 \
             const f32 *c = cosp + tb, *s = sinp + tb;                                                          \
-            (void)xr; (void)c; (void)s;                                                                        \
-            BODY;                                                                                              \
-            if (!inplace && D > r) memcpy(orow + r, xr + r, (size_t)(D - r) * sizeof(T));                      \
+            (void)c; (void)s;                                                                                  \
+            ROW(T, BODY)                                                                                       \
             if (++i2 == d2) {                                                                                  \
                 i2 = 0;                                                                                        \
                 if (++i1 == d1) { i1 = 0; ++i0; }                                                              \
@@ -348,7 +349,8 @@ typedef struct {
 /* The gathering loop reads the row's table offset from the positions (pidx[tj] * prow). That load and the
    multiply sit on the path to every table read of the row; loaded at the row's start they stalled the row's
    rotation (~2.3 ns per row, decode). So the next row's offset is loaded one row ahead, before this row's
-   rotation is issued, and its latency overlaps the rotation. */
+   rotation is issued, and its latency overlaps the rotation (the row's pointers are therefore taken before the
+   counters step, not through ROW). */
 #define LOOPS_GATHER(T, BODY)                                                                                  \
     {                                                                                                          \
         int64_t i2 = begin % d2, i1 = (begin / d2) % d1, i0 = (begin / d2) / d1;                               \

@@ -126,7 +126,7 @@ def raw_rotate(
 class Plan:
     """A prepared call rotating q (and k) in one C call: the low-latency path for repeated shapes (decoding)."""
 
-    __slots__ = ("args", "fn", "gather_fn", "inplace", "one_thread", "two", "work")
+    __slots__ = ("args", "fn", "gather_fn", "inplace", "two", "work")
 
     def __init__(
         self, q: torch.Tensor, k: torch.Tensor | None, cos: torch.Tensor, r: int, layout: str, inplace: bool
@@ -136,7 +136,6 @@ class Plan:
         self.gather_fn = getattr(lib, _PLAN_GATHER_FN[q.dtype])
         self.inplace, self.two = inplace, k is not None
         self.work = q.numel() + (k.numel() if k is not None else 0)
-        self.one_thread = self.work < 2 * GRAIN  # threads_for is 1 whatever torch's setting (decoding)
         vals = [
             2 if k is not None else 1,
             q.shape[-1],
@@ -158,7 +157,7 @@ class Plan:
         self, q: torch.Tensor, k: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Where the call writes (q and k themselves in place), and the thread count set for this call."""
-        if not self.one_thread:
+        if self.work >= 2 * GRAIN:  # below, threads_for is 1 whatever torch's setting (decoding): nothing to redo
             self.args[5] = threads_for(self.work)  # follows torch.set_num_threads between calls
         qo = q if self.inplace else torch.empty_like(q)
         return qo, k if (self.inplace or k is None) else torch.empty_like(k)
