@@ -8,22 +8,24 @@ TORCH_SPEC ?= torch==2.13.0
 
 .PHONY: demo report test test-all clean report-screenshot test-hf-suite test-timm
 
-# ropekit.timm's tests run in a second environment: timm needs torchvision, and PyPI's torchvision does not import
-# beside the pinned CPU torch; torch 2.14.1 + torchvision 0.29.1 are a matching pair (a CUDA build, ~5.5 GB, that
-# runs on the CPU). Cold set-up ~4 min on a loaded 2-core machine (README, docs/vision.md).
+# ropekit.timm's tests run in a second environment: timm imports torchvision, and torchvision would break the main
+# one (transformers' vision-language modules import it when it is there). It holds the same CPU torch plus
+# torchvision 0.28.0, the release made for torch 2.13.0 (~1.1 GB in all). On x86_64 PyPI's torchvision is a CUDA
+# build whose C++ ops cannot load beside the CPU torch; the timm tests call none of them (tests/ropekit/timm/conftest.py).
+# No CUDA build is ever installed.
 VENV_TIMM ?= .venv-timm
-TIMM_TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
+TIMM_TORCHVISION_SPEC ?= torchvision==0.28.0
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(VENV)/.core: $(BIN)/python pyproject.toml
-	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install -q -e .
+	$(BIN)/python -m pip install -q --no-cache-dir "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -q --no-cache-dir -e .
 	touch $@
 
 $(VENV)/.dev: $(VENV)/.core
-	$(BIN)/python -m pip install -q -e ".[dev]"
+	$(BIN)/python -m pip install -q --no-cache-dir -e ".[dev]"
 	touch $@
 
 # headless Chromium for the report's browser test (tests/ropekit/report/test_browser.py); CI runs as root
@@ -53,7 +55,9 @@ test: $(VENV)/.dev $(VENV)/.chromium $(VENV_TIMM)/.timm
 
 $(VENV_TIMM)/.timm: pyproject.toml
 	$(PYTHON) -m venv $(VENV_TIMM)
-	$(VENV_TIMM)/bin/python -m pip install -q $(TIMM_TORCH_SPEC) -e ".[dev,timm]"
+	$(VENV_TIMM)/bin/python -m pip install -q --no-cache-dir "$(TORCH_SPEC)"
+	$(VENV_TIMM)/bin/python -m pip install -q --no-cache-dir "$(TIMM_TORCHVISION_SPEC)" -e ".[timm]" \
+		"pytest>=8" "hypothesis>=6.100"
 	touch $@
 
 # only the timm tests (tests/ropekit/timm), in .venv-timm
