@@ -431,9 +431,18 @@ static void NAME##_ex(T *out, const T *x, int64_t d0, int64_t d1, int64_t d2, in
           int64_t xs0, int64_t xs1, int64_t xs2, int64_t os0, int64_t os1, int64_t os2,                         \
           const f32 *cosp, const f32 *sinp, int64_t ts0, int64_t ts1, int64_t ts2,                               \
           int64_t r, int interleaved, int sign, int nthreads, const int64_t *pidx, int64_t prow) {              \
-    /* head groups when the table is broadcast over dim 1 and dim 2 has several tokens (see GROUPED) */        \
+    /* One token whose heads are dim 2 (bshd, S = 1) with the table broadcast over them: swap dims 1 and 2, so   \
+       that the heads become dim 1 and share their table row as a head group (below). */                       \
+    if (d1 == 1 && d2 > 1 && ts2 == 0) {                                                                       \
+        int64_t t_;                                                                                            \
+        t_ = d1; d1 = d2; d2 = t_; t_ = xs1; xs1 = xs2; xs2 = t_;                                              \
+        t_ = os1; os1 = os2; os2 = t_; t_ = ts1; ts1 = ts2; ts2 = t_;                                          \
+    }                                                                                                          \
+    /* head groups whenever the table is broadcast over dim 1 (see GROUPED): in prefill the group's streams    \
+       advance together; in decode (d2 == 1) the group's rows share one table row, which the compiler then      \
+       keeps in registers across the heads (per-row loads of it made an in-cache decode row ~2x slower). */     \
     const int64_t gmax = (const void *)out == (const void *)x ? STREAMS : STREAMS / 2;                         \
-    const int64_t group = (ts1 == 0 && d1 > 1 && d2 > 1) ? (d1 < gmax ? d1 : gmax) : 0;                        \
+    const int64_t group = (ts1 == 0 && d1 > 1) ? (d1 < gmax ? d1 : gmax) : 0;                                  \
     const int64_t units = group ? d0 * ((d1 + group - 1) / group) * d2 : d0 * d1 * d2;                         \
     const int64_t chunk = group ? (rows_per_chunk(D) + group - 1) / group : rows_per_chunk(D);                 \
     const rope_args a = {out, x, d1, d2, D, xs0, xs1, xs2, os0, os1, os2, ts0, ts1, ts2, r, cosp, sinp,         \

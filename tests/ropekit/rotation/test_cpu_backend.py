@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from ropekit import RopeSpec, apply_rope, apply_rope_tables, rope_tables
+from ropekit import RopeSpec, Rotary, apply_rope, apply_rope_tables, rope_tables
 from ropekit.kernels import cpu_build
 from ropekit.rotation import cpu_backend
 from tests.oracles import TOL, reference_rope
@@ -134,6 +134,41 @@ def test_backward_in_head_groups_matches_the_pytorch_backend(dtype: torch.dtype,
         for b in ("cpu", "torch")
     ]
     assert torch.equal(grads[0], grads[1])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+@pytest.mark.parametrize("fmt", ["bhsd", "bshd"])
+@pytest.mark.parametrize("inplace", [False, True])
+@pytest.mark.parametrize("rot", [None, 40])
+def test_decode_head_groups_match_the_pytorch_backend(dtype, layout, fmt, inplace, rot) -> None:
+    """Decode (one token per sequence): the heads of a sequence share one table row and run as head groups -- in
+    bshd after the kernel swaps the token and head dims. 12 q heads (8 + 4 in place, 4 + 4 + 4 out of place) and
+    3 kv heads, partial rotary (pass-through copied out of place), each call path: exact tables per call
+    (``apply_rope``), tables given, and ``Rotary``'s in-kernel read of its cache. Oracle: the PyTorch backend,
+    bit for bit, and the float64 reference within the dtype's tolerance."""
+    spec = RopeSpec(64, base=500_000.0, rotary_dim=rot, layout=layout)  # type: ignore[arg-type]
+    q, k = _x(fmt, 5, 1, 12, 64, dtype), _x(fmt, 5, 1, 3, 64, dtype)
+    pos = torch.randint(0, 4000, (5, 1))
+    ref = apply_rope(q.clone(), k.clone(), pos, spec, format=fmt, backend="torch")
+    cos, sin = rope_tables(pos, spec)
+    rotary = Rotary(spec, max_seq_len=4096, format=fmt)
+    calls = {
+        "apply_rope": lambda a, b: apply_rope(a, b, pos, spec, format=fmt, backend="cpu", inplace=inplace),
+        "tables": lambda a, b: apply_rope_tables(
+            a, b, cos, sin, spec, format=fmt, backend="cpu", inplace=inplace
+        ),
+        "Rotary": lambda a, b: rotary(a, b, positions=pos, inplace=inplace),
+    }
+    for name, call in calls.items():
+        for _ in range(2):  # the second call of a geometry takes the prepared decode plan
+            qi, ki = q.clone(), k.clone()
+            got = call(qi, ki)
+            assert torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1]), name
+            assert (got[0] is qi) == inplace, name
+    torch.testing.assert_close(
+        ref[0].double(), reference_rope(q, pos, spec, format=fmt), rtol=0, atol=TOL[dtype]
+    )
 
 
 def test_tables_api_and_decode_shape() -> None:
