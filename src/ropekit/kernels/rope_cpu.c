@@ -431,16 +431,17 @@ static void NAME##_ex(T *out, const T *x, int64_t d0, int64_t d1, int64_t d2, in
           int64_t xs0, int64_t xs1, int64_t xs2, int64_t os0, int64_t os1, int64_t os2,                         \
           const f32 *cosp, const f32 *sinp, int64_t ts0, int64_t ts1, int64_t ts2,                               \
           int64_t r, int interleaved, int sign, int nthreads, const int64_t *pidx, int64_t prow) {              \
-    /* One token whose heads are dim 2 (bshd, S = 1) with the table broadcast over them: swap dims 1 and 2, so   \
-       that the heads become dim 1 and share their table row as a head group (below). */                       \
-    if (d1 == 1 && d2 > 1 && ts2 == 0) {                                                                       \
-        int64_t t_;                                                                                            \
-        t_ = d1; d1 = d2; d2 = t_; t_ = xs1; xs1 = xs2; xs2 = t_;                                              \
-        t_ = os1; os1 = os2; os2 = t_; t_ = ts1; ts1 = ts2; ts2 = t_;                                          \
+    /* Heads in dim 2 with the table broadcast over them (bshd): make them dim 1, so that they run as head     \
+       groups sharing one table row (below). One token (d1 == 1): swap dims 1 and 2. Several: merge dims 0 and 1 \
+       into one token dim when their strides allow it (dense batch and sequence), the heads then dim 1. */     \
+    if (d2 > 1 && ts2 == 0 && (d1 == 1 || (xs0 == d1 * xs1 && os0 == d1 * os1 && ts0 == d1 * ts1))) {          \
+        if (d1 > 1) { d0 *= d1; xs0 = xs1; os0 = os1; ts0 = ts1; }                                             \
+        d1 = d2; xs1 = xs2; os1 = os2; ts1 = 0;                                                                \
+        d2 = 1; xs2 = 0; os2 = 0; ts2 = 0;                                                                     \
     }                                                                                                          \
     /* head groups whenever the table is broadcast over dim 1 (see GROUPED): in prefill the group's streams    \
-       advance together; in decode (d2 == 1) the group's rows share one table row, which the compiler then      \
-       keeps in registers across the heads (per-row loads of it made an in-cache decode row ~2x slower). */     \
+       advance together; in decode (d2 == 1) the group's rows share one table row, which the compiler then     \
+       keeps in registers across the heads (per-row loads of it made an in-cache decode row ~2x slower). */    \
     const int64_t gmax = (const void *)out == (const void *)x ? STREAMS : STREAMS / 2;                         \
     const int64_t group = (ts1 == 0 && d1 > 1) ? (d1 < gmax ? d1 : gmax) : 0;                                  \
     const int64_t units = group ? d0 * ((d1 + group - 1) / group) * d2 : d0 * d1 * d2;                         \

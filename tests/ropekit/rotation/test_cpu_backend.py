@@ -171,6 +171,32 @@ def test_decode_head_groups_match_the_pytorch_backend(dtype, layout, fmt, inplac
     )
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("inplace", [False, True])
+@pytest.mark.parametrize("sliced", ["q", "tables", "both", "neither"])
+def test_bshd_batch_and_sequence_merge_only_when_their_strides_allow(dtype, inplace, sliced) -> None:
+    """bshd prefill: the kernel runs the heads of a token as head groups by merging batch and sequence into one token
+    dim -- valid only when q's and the tables' batch stride is the sequence length times the sequence stride. Views
+    that break it (q or the tables sliced along the sequence of a longer buffer) must not be merged. Oracle: the
+    PyTorch backend, bit for bit."""
+    spec = RopeSpec(64, base=10_000.0, rotary_dim=48)
+    B, S, L = 3, 37, 50
+    big = _x("bshd", B, L, 6, 64, dtype)
+    q = big[:, 5 : 5 + S] if sliced in ("q", "both") else big[:, :S].contiguous()
+    pos = torch.randint(0, 10**5, (B, L))
+    cos_l, sin_l = rope_tables(pos, spec)  # [B, L, n]
+    if sliced in ("tables", "both"):
+        cos, sin = cos_l[:, 7 : 7 + S], sin_l[:, 7 : 7 + S]
+    else:
+        cos, sin = cos_l[:, 7 : 7 + S].contiguous(), sin_l[:, 7 : 7 + S].contiguous()
+    ref = apply_rope_tables(q.clone(), None, cos, sin, spec, format="bshd", backend="torch")[0]
+    # out of place: q itself (a view when sliced; not modified); in place: the same view of a copy of the buffer
+    qi = q if not inplace else (big.clone()[:, 5 : 5 + S] if sliced in ("q", "both") else q.clone())
+    assert (qi.stride(0) == S * qi.stride(1)) == (sliced not in ("q", "both"))
+    got = apply_rope_tables(qi, None, cos, sin, spec, format="bshd", backend="cpu", inplace=inplace)[0]
+    assert torch.equal(got, ref)
+
+
 def test_tables_api_and_decode_shape() -> None:
     spec = RopeSpec(128, base=500_000.0)
     q, k = torch.randn(32, 32, 1, 128), torch.randn(32, 8, 1, 128)
