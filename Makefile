@@ -56,8 +56,7 @@ test: $(VENV)/.dev $(VENV)/.chromium $(VENV_TIMM)/.timm
 $(VENV_TIMM)/.timm: pyproject.toml
 	$(PYTHON) -m venv $(VENV_TIMM)
 	$(VENV_TIMM)/bin/python -m pip install -q --no-cache-dir "$(TORCH_SPEC)"
-	$(VENV_TIMM)/bin/python -m pip install -q --no-cache-dir "$(TIMM_TORCHVISION_SPEC)" -e ".[timm]" \
-		"pytest>=8" "hypothesis>=6.100"
+	$(VENV_TIMM)/bin/python -m pip install -q --no-cache-dir "$(TIMM_TORCHVISION_SPEC)" -e ".[timm,test]"
 	touch $@
 
 # only the timm tests (tests/ropekit/timm), in .venv-timm

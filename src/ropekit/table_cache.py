@@ -15,8 +15,9 @@ function as every other exact table, so values are bit-identical) and read:
 Shapes: P any position shape, L cached rows, n bands; rows [L, 2, n] float32: a position's cos row, then its sin
 row, side by side. One ``narrow``/``index_select`` along dim 0 reads both, and the kernels stream a single table
 array (position p's cos at ``2 n p``, its sin ``n`` floats later) instead of two (faster in prefill: measured in
-docs/kernels.md, "The packed cache and the in-kernel gather"). The (cos, sin) handed out are [*P, n] views with row stride 2n ("row views", :func:`is_row_view`); :func:`ropekit.rope_tables` and
-:meth:`ropekit.Rotary.tables` copy them into plain contiguous tables for users.
+docs/kernels.md, "The packed cache and the in-kernel gather"). The (cos, sin) handed out are [*P, n] views with
+row stride 2n ("row views", :func:`is_row_view`); :func:`ropekit.rope_tables` and :meth:`ropekit.Rotary.tables`
+copy them into plain contiguous tables for users.
 """
 
 from __future__ import annotations

@@ -303,11 +303,12 @@ typedef struct {
 
 // The row index is split into (i0, i1, i2) once per chunk and then stepped (no divisions per row: two 64-bit
 // divisions per row cost about a third of the time when the data is in cache).
-// Head groups (prefill, head-major layouts such as bhsd: the table is broadcast over dim 1, ts1 == 0, and dim 2 is
-// the sequence). Row by row, every head re-reads the whole [S, n] table: one table stream beside each head's q
-// stream, ~1.4-1.8x the time of streaming q alone (docs/kernels.md, "The inner loop"). Instead the range is split
-// into units (i0, g, i2): the rows of a group of consecutive heads at token i2, which read one table row (from L1
-// after the first) -- the group's q streams advance together and the table is read once per group.
+// Head groups (the table is broadcast over dim 1, ts1 == 0: bhsd, thd, and bshd after NAME##_ex moves its heads to
+// dim 1). Row by row, in prefill every head re-reads the whole [S, n] table: one table stream beside each head's q
+// stream, ~1.4-1.8x the time of streaming q alone (docs/kernels.md, "The inner loop"); in decode the row reloads
+// its table row for every head (~2x an in-cache row). Instead the range is split into units (i0, g, i2): the rows
+// of a group of consecutive heads at token i2, which share one table row, loaded once and kept in registers --
+// the group's q streams advance together and the table is read once per group.
 // Group size: at most STREAMS memory streams (in place a head is one stream, out of place two: read and write).
 // Measured with the probe (src/ropekit/bench/probe/floor_probe.c, one thread, in place): groups of 4 and 8 run at
 // 0.8-1.0x the time of streaming q alone, 16 at 1.7-2.1x (more streams than the prefetchers and L1's 8 ways hold);
@@ -388,7 +389,7 @@ typedef struct {
 
 // Every case gets its own loop, with the band count and the sign as compile-time constants where common,
 // so that the row is fully unrolled and nothing is decided per row.
-// Head groups (prefill) are specialised for the common head dims 64 and 128 only (each specialisation adds ~0.7 s
+// Head groups are specialised for the common head dims 64 and 128 only (each specialisation adds ~0.7 s
 // to the kernel's first-use build, docs/kernels.md); other head dims take the band count at run time.
 #define CASES_N(T, CALL, SG, TB)                                                                               \
     if (group) switch (n) {                                                                                    \
