@@ -30,7 +30,15 @@ from torch import nn
 from ropekit.phases import INT_DTYPES as _INT
 from ropekit.phases import _rope_tables, check_positions
 from ropekit.rotation import fastpath
-from ropekit.rotation.apply import FORMATS, Format, _check_positions_shape, _validate, apply_rope_tables
+from ropekit.rotation.apply import (
+    FORMATS,
+    Format,
+    _check_positions_shape,
+    _validate,
+    apply_rope,
+    apply_rope_tables,
+)
+from ropekit.rotation.dispatch import device_tables
 from ropekit.spec import RopeSpec
 from ropekit.table_cache import TableCache
 
@@ -101,6 +109,10 @@ class Rotary(nn.Module):
     def _tables(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(cos, sin) [*P, n] for checked positions on the module's device; may be read-only cache views."""
         cache = self._cache
+        if positions.device.type == "cuda" and not torch.compiler.is_compiling():
+            hit = device_tables(positions, self.spec)  # one launch, no host sync
+            if hit is not None:
+                return hit
         if cache is not None and positions.dtype in _INT and positions.device.type != "meta":
             if torch.compiler.is_compiling():
                 return cache.select(positions)
@@ -170,6 +182,9 @@ class Rotary(nn.Module):
                     return rotary_forward_axes(self, q, k, positions, inplace)
                 remember_equal_row(self, positions, same)
             positions = same
+        if isinstance(q, torch.Tensor) and q.device.type == "cuda" and not torch.compiler.is_compiling():
+            # one Triton launch reads (or computes) the exact rows itself: no host sync, no module cache
+            return apply_rope(q, k, positions, self.spec, format=self.format, inplace=inplace)
         akey, out = self._decode_fast(q, k, positions, inplace)
         if out is not None:
             return out

@@ -168,6 +168,12 @@ def rope_tables(
         from ropekit.table_cache import shared_cache  # the cache is built from this module
 
         pos = positions if device is None else positions.to(device)
+        if pos.device.type == "cuda":  # one Triton launch, no host sync (the cache's range check would sync)
+            from ropekit.rotation.dispatch import device_tables
+
+            tables = device_tables(pos, spec)
+            if tables is not None:
+                return tables
         cache = shared_cache(spec, pos.device)
         hit = None if cache is None else cache.lookup(pos)
         if cache is not None and hit is not None:  # row views of the packed cache (or of a gather from it):

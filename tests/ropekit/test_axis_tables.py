@@ -144,13 +144,16 @@ def test_matches_transformers_vl_rotary(family: str) -> None:
 @pytest.mark.parametrize("backend", ["torch", "cpu", "triton"])
 @pytest.mark.parametrize("fmt", ["bshd", "bhsd", "thd"])
 def test_every_backend_rotates_multi_axis_tables(backend: str, fmt: str) -> None:
+    device = "cpu"
     if backend == "triton":
         pytest.importorskip("triton")
+        device = "cuda" if torch.cuda.is_available() else "cpu"  # else TRITON_INTERPRET=1 (conftest)
     spec = qwen3_vl_spec(16, 1e4, (4, 2, 2))
     shape = {"bshd": (2, 6, 3, 16), "bhsd": (2, 3, 6, 16), "thd": (6, 3, 16)}[fmt]
     q = torch.randn(shape)
     pos = torch.randint(0, 1000, (3, 6) if fmt == "thd" else (3, 2, 6))
-    out, _ = apply_rope_axes(q, None, pos, spec, format=fmt, backend=backend)
+    out, _ = apply_rope_axes(q.to(device), None, pos.to(device), spec, format=fmt, backend=backend)
+    out = out.cpu()
     # oracle: per-token reference rotation (float64) at the per-band angles of the letter map
     letters, freqs = CASES["qwen3_vl"][1], CASES["qwen3_vl"][3]
     flat_pos = pos.reshape(3, -1).double().tolist()

@@ -24,7 +24,14 @@ import torch
 
 from ropekit.phases import INT_DTYPES, _rope_tables, check_positions
 from ropekit.rotation import fastpath
-from ropekit.rotation.dispatch import BACKENDS, _check_backend, _fused_triton, _pick_backend
+from ropekit.rotation.dispatch import (
+    BACKENDS,
+    _check_backend,
+    _fused_triton,
+    _pick_backend,
+    device_tables,
+    fused_positions,
+)
 from ropekit.spec import RopeSpec
 
 __all__ = ["BACKENDS", "FORMATS", "Format", "apply_rope", "apply_rope_tables"]
@@ -196,7 +203,7 @@ def _rotate_pair(
         if plan is not None:
             return plan(q, k, cos, sin)
     if not compiling and cos.dtype == torch.float32:
-        fused = _fused_triton(q, k, cos, sin, spec, fmt, inplace, backend)
+        fused = _fused_triton(q, k, cos, sin, spec, fmt, inplace, backend, fast_key)
         if fused is not None:
             return fused
 
@@ -233,7 +240,11 @@ def _one_d_tables(
     )
     tables = None
     if not (torch.compiler.is_compiling() or need64) and pos.dtype in INT_DTYPES:
-        tables = fastpath.shared_tables(pos.to(device), spec)  # exact rows cached by position range
+        pos = pos.to(device)
+        if device.type == "cuda":  # one launch, no host sync (the shared cache's range check would sync)
+            tables = device_tables(pos, spec)
+        if tables is None:
+            tables = fastpath.shared_tables(pos, spec)  # exact rows cached by position range
     if tables is None:
         tables = _rope_tables(pos, spec, dtype=torch.float64 if need64 else torch.float32, device=device)
     return tables
@@ -282,6 +293,10 @@ def apply_rope(
     compiling = torch.compiler.is_compiling()
     akey = None if compiling else fastpath.apply_key(q, k, positions, spec, format, inplace, backend)
     hit = fastpath.apply_lookup(akey, spec)
+    # a stored Triton launch (CUDA) reads the positions itself; a CPU plan reads rows of the shared cache
+    if hit is not None and getattr(hit[0], "from_pos", False):
+        planned: tuple[torch.Tensor, torch.Tensor | None] = hit[0](q, k, positions, positions)
+        return planned
     if hit is not None:  # validated before with this geometry: integer positions, float32 tables; CPU plan
         pos = positions if positions.is_cpu else positions.to(q.device)
         cache = fastpath.shared_cache(spec, pos.device)  # the cache whose row views the plan was built on
@@ -289,6 +304,10 @@ def apply_rope(
         if out is not None:
             return out
     _validate(q, k, positions, spec, format, inplace, backend)
+    if not compiling and q.device.type == "cuda":  # one launch reads or computes the exact rows: no host sync
+        fused = fused_positions(q, k, positions, spec, format, inplace, backend, akey)
+        if fused is not None:
+            return fused
     need64 = q.dtype == torch.float64 or (k is not None and k.dtype == torch.float64)
     cos, sin = _one_d_tables(positions, spec, format, need64, q.device)
     tkey = None if compiling else fastpath.key(q, k, cos, sin, spec, format, inplace, backend)
@@ -325,7 +344,8 @@ def apply_rope_tables(
     )
     plan = fastpath.lookup(fast_key, spec)
     if plan is not None:
-        return plan(q, k, cos, sin)
+        planned: tuple[torch.Tensor, torch.Tensor | None] = plan(q, k, cos, sin)
+        return planned
     _validate(q, k, None, spec, format, inplace, backend)
     b, s = _batch_seq(q, format)
     n = spec.n_bands

@@ -19,7 +19,7 @@ from ropekit.rotation import cpu_backend, torch_backend
 if TYPE_CHECKING:
     from ropekit.spec import RopeSpec
 
-__all__ = ["BACKENDS"]
+__all__ = ["BACKENDS", "device_tables", "fused_positions"]
 
 _Backend = Callable[..., torch.Tensor]
 
@@ -80,13 +80,16 @@ def _fused_triton(
     fmt: str,
     inplace: bool,
     backend: str,
+    fast_key: tuple[object, ...] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
-    """q and k in one Triton launch (CUDA, no autograd); None when it does not apply."""
+    """q and k in one Triton launch (CUDA; with autograd, one launch forward and one backward); None when it does
+    not apply. With ``fast_key`` the launch is remembered for repeated calls (:mod:`ropekit.rotation.fastpath`)."""
     if k is None or backend not in ("auto", "triton") or q.dtype != k.dtype or q.dtype == torch.float64:
         return None
     if q.device.type != "cuda" and backend != "triton":
         return None
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad):
+    grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad)
+    if grad and inplace:
         return None
     from ropekit.rotation import triton_backend
 
@@ -94,9 +97,77 @@ def _fused_triton(
         return None
     # rotate_qk wants tables [b | 1, s, n] ([t, n] as they come for "thd")
     c, s = (t.unsqueeze(0) if t.dim() == 2 and fmt != "thd" else t for t in (cos, sin))
-    qo, ko = triton_backend.rotate_qk(
-        _to_bshd(q, fmt), _to_bshd(k, fmt), c, s, 2 * spec.n_bands, spec.layout, inplace
-    )
+    qv, kv = _to_bshd(q, fmt), _to_bshd(k, fmt)
+    r = 2 * spec.n_bands
+    if grad:
+        qo, ko2 = triton_backend.rotate_qk_autograd(qv, kv, c, s, r, spec.layout)
+        ko: torch.Tensor | None = ko2
+    else:
+        (qo, ko), plan = triton_backend.tables_plan(qv, kv, c, s, r, spec.layout, inplace)
+        if plan is not None and fast_key is not None:
+            from ropekit.rotation import fastpath
+
+            fastpath.store(fast_key, spec, plan)
     if inplace:
         return q, k
     return _to_bshd(qo, fmt), None if ko is None else _to_bshd(ko, fmt)
+
+
+def fused_positions(
+    q: torch.Tensor,
+    k: torch.Tensor | None,
+    positions: torch.Tensor,
+    spec: RopeSpec,
+    fmt: str,
+    inplace: bool,
+    backend: str,
+    apply_key: tuple[object, ...] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """q and k rotated at validated integer positions in one Triton launch that reads or computes the exact rows
+    itself (CUDA, no autograd, no host sync); None when it does not apply. With ``apply_key`` (positions already
+    on q's device) the launch is remembered for repeated calls."""
+    if backend not in ("auto", "triton") or q.device.type != "cuda" or q.dtype == torch.float64:
+        return None
+    if k is not None and (k.dtype != q.dtype or (torch.is_grad_enabled() and k.requires_grad)):
+        return None
+    if torch.is_grad_enabled() and q.requires_grad:
+        return None
+    from ropekit.rotation import triton_backend
+
+    if not triton_backend.available():
+        return None
+    from ropekit.rotation import triton_positions
+
+    pos = positions if positions.device == q.device else positions.to(q.device)
+    if not (triton_positions.positions_ok(pos, spec) and triton_backend.supports(q)):
+        return None
+    if k is not None and not triton_backend.supports(k):
+        return None
+    if fmt != "thd" and pos.dim() == 1:
+        pos = pos.unsqueeze(0)
+    (qo, ko), plan = triton_positions.positions_plan(
+        _to_bshd(q, fmt), None if k is None else _to_bshd(k, fmt), pos, spec, inplace
+    )
+    if plan is not None and apply_key is not None and pos is positions:
+        from ropekit.rotation import fastpath
+
+        fastpath.apply_store_plan(apply_key, spec, plan)
+    if inplace:
+        return q, k
+    return _to_bshd(qo, fmt), None if ko is None else _to_bshd(ko, fmt)
+
+
+def device_tables(positions: torch.Tensor, spec: RopeSpec) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Exact float32 tables of integer CUDA positions in one Triton launch (no host sync), or None where that
+    does not apply (no Triton, dynamic scaling, float positions, another device)."""
+    if positions.device.type != "cuda":
+        return None
+    from ropekit.rotation import triton_backend
+
+    if not triton_backend.available():
+        return None
+    from ropekit.rotation import triton_positions
+
+    if not triton_positions.positions_ok(positions, spec):
+        return None
+    return triton_positions.exact_tables(positions, spec)

@@ -12,6 +12,10 @@ this path.
 device to q's and k's geometry, so a repeated call with integer positions skips validation, reads its tables from
 the spec's shared :class:`ropekit.table_cache.TableCache` (:func:`shared_tables`) and calls the stored plan when
 the tables have the geometry the plan was built for.
+
+On CUDA the stored plan is a Triton launch (:class:`ropekit.rotation.triton_backend.Plan`): with tables given it is
+called like the CPU plan; for :func:`ropekit.apply_rope` it reads the positions on the device itself
+(``plan.from_pos``), so a repeated call is one launch with no Python checks and no host sync.
 """
 
 from __future__ import annotations
@@ -24,9 +28,22 @@ from ropekit.phases import INT_DTYPES
 from ropekit.rotation import cpu_backend
 from ropekit.table_cache import SHARED_LIMIT, TableCache, is_row_view, shared_cache, shared_tables
 
-__all__ = ["SHARED_LIMIT", "apply_key", "build", "key", "lookup", "run_cached", "shared_cache", "shared_tables"]
+__all__ = [
+    "SHARED_LIMIT",
+    "apply_key",
+    "apply_store_plan",
+    "build",
+    "key",
+    "lookup",
+    "run_cached",
+    "shared_cache",
+    "shared_tables",
+    "store",
+]
 
-_PLANS: dict[tuple[Any, ...], tuple[object, cpu_backend.Plan]] = {}
+#: a stored plan: the fused CPU kernel's :class:`~ropekit.rotation.cpu_backend.Plan` or a Triton launch
+#: (:class:`ropekit.rotation.triton_backend.Plan`); both are called as plan(q, k, cos, sin) -> (q_rot, k_rot)
+_PLANS: dict[tuple[Any, ...], tuple[object, Any]] = {}
 _MAX = 256
 
 
@@ -80,9 +97,17 @@ def key(
         return None
 
 
-def lookup(k: tuple[Any, ...] | None, spec: object) -> cpu_backend.Plan | None:
+def lookup(k: tuple[Any, ...] | None, spec: object) -> Any:
+    """The plan stored for key ``k`` (built for this very spec object), or None."""
     hit = _PLANS.get(k) if k is not None else None
     return hit[1] if hit is not None and hit[0] is spec else None
+
+
+def store(k: tuple[Any, ...], spec: object, plan: object) -> None:
+    """Remember a plan (a Triton launch) for the geometry key ``k``."""
+    if len(_PLANS) >= _MAX:
+        _PLANS.clear()
+    _PLANS[k] = (spec, plan)
 
 
 def build(
@@ -111,7 +136,7 @@ def build(
 
 
 # ---------------------------------------------------------------- apply_rope: validated calls and shared tables
-_APPLY: dict[tuple[Any, ...], tuple[object, cpu_backend.Plan]] = {}
+_APPLY: dict[tuple[Any, ...], tuple[object, Any]] = {}
 
 
 def apply_key(
@@ -141,13 +166,14 @@ def apply_key(
             _k_geometry(q, k),
             positions.dtype,
             positions.shape,
+            positions.stride(),
             positions.device,
         )
     except (AttributeError, TypeError, RuntimeError):
         return None
 
 
-def apply_lookup(k: tuple[Any, ...] | None, spec: object) -> tuple[cpu_backend.Plan] | None:
+def apply_lookup(k: tuple[Any, ...] | None, spec: object) -> tuple[Any] | None:
     """The plan stored for this call geometry; it expects float32 [*P, n] row views of the packed table cache
     (:func:`ropekit.table_cache.is_row_view`), which is what :func:`shared_tables` returns."""
     hit = _APPLY.get(k) if k is not None else None
@@ -157,15 +183,26 @@ def apply_lookup(k: tuple[Any, ...] | None, spec: object) -> tuple[cpu_backend.P
 def apply_store(k: tuple[Any, ...] | None, spec: object, plan: cpu_backend.Plan, cos: torch.Tensor) -> None:
     """Remember ``plan`` for the call key ``k`` if it was built for row views of the packed table cache (what
     every later cache read returns; tables computed past the cache's limit are contiguous and not remembered)."""
-    if k is None or not is_row_view(cos):
+    if k is None or not is_row_view(cos) or not isinstance(plan, cpu_backend.Plan):
         return
     if len(_APPLY) >= _MAX:
         _APPLY.clear()
     _APPLY[k] = (spec, plan)
 
 
+def apply_store_plan(k: tuple[Any, ...], spec: object, plan: object) -> None:
+    """Remember a Triton launch at positions (``plan.from_pos``: it reads the positions itself, no tables)."""
+    if len(_APPLY) >= _MAX:
+        _APPLY.clear()
+    _APPLY[k] = (spec, plan)
+
+
 def run_cached(
-    plan: cpu_backend.Plan, q: torch.Tensor, k: torch.Tensor | None, cache: TableCache, positions: torch.Tensor
+    plan: cpu_backend.Plan,
+    q: torch.Tensor,
+    k: torch.Tensor | None,
+    cache: TableCache,
+    positions: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
     """A stored plan (built on row views of a table cache) run on the rows of ``cache`` at ``positions`` [*P]
     (CPU, read flat): the kernel reads the rows in place when the positions are contiguous int64 and all cached,

@@ -1,21 +1,27 @@
 # SPDX-License-Identifier: MIT
 """Triton backend for GPUs: one launch rotates q and k, in place or out of place, forward and backward.
 
-Grid: (tokens, head blocks of q followed by head blocks of k) -- token-linear, so packed "thd" batches launch
-exactly one program row per real token (TransformerEngine #2866 launched max_seqlen x n_seqs). Each program loads
-its token's float32 cos/sin row once (the exact tables built on the host from float64 phases, so the phases are as
-exact as everywhere in ropekit), rotates BLOCK_H heads in float32 and stores in the input dtype. All offsets are
-int64 (tensors over 2^31 elements: Liger-Kernel #804). Any strides on batch/seq/head; unit stride on the last dim.
+Kernels: :mod:`ropekit.rotation.triton_kernels`. Grid: token blocks (token-linear, so packed "thd" batches launch
+one program row per real token; TransformerEngine #2866 launched max_seqlen x n_seqs) times head blocks, or one
+program per token block for all heads (HEAD_LOOP). Each program reads its token's float32 cos/sin row once --
+from the tables given, or from the token's integer position (:mod:`ropekit.rotation.triton_positions`: a row of the spec's
+immutable exact table, or computed exactly in float64 on the fly past its end; no host sync, so the launch can be
+captured in a CUDA graph) -- rotates in float32 and stores in the input dtype. All offsets are int64 (tensors over
+2^31 elements: Liger-Kernel #804). Any strides on batch/seq/head; unit stride on the last dim.
 
-Correctness is tested on the CPU with ``TRITON_INTERPRET=1`` against the float64 reference. On CUDA devices the
-auto backend picks this one when Triton is importable.
+Correctness is tested on the CPU with ``TRITON_INTERPRET=1`` against the float64 reference, and on CUDA devices
+when one is present (tests/ropekit/rotation/test_triton_cuda_paths.py). The auto backend picks this one for CUDA
+tensors when Triton is importable. Launch configurations were tuned on an H100 (docs/kernels.md, bench/gpu.py).
 
-Shapes: x as [b, s, h, d] strides (bshd / bhsd / thd all map onto it), tables [b or 1, s, n].
+Shapes: x as [b, s, h, d] strides (bshd / bhsd / thd all map onto it), tables [b or 1, s, n], positions
+[b or 1, s].
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import Any, cast
 
 import torch
 
@@ -23,11 +29,20 @@ from ropekit.rotation import torch_backend
 from ropekit.rotation.autograd import make_rotate
 from ropekit.rotation.cpu_backend import kernel_tables
 
-__all__ = ["available", "raw_rotate", "rotate", "rotate_qk", "supports"]
+__all__ = [
+    "Plan",
+    "available",
+    "launch_config",
+    "raw_rotate",
+    "rotate",
+    "rotate_qk",
+    "rotate_qk_autograd",
+    "supports",
+    "tables_plan",
+]
 
 try:  # Triton is optional (the `triton` extra)
-    import triton
-    import triton.language as tl
+    from ropekit.rotation import triton_kernels as _k
 
     _HAVE_TRITON = True
 except ImportError:  # pragma: no cover - exercised where triton is absent
@@ -42,129 +57,155 @@ def _interpret() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
 def supports(x: torch.Tensor) -> bool:
     """Triton handles x: CUDA tensors (or CPU tensors under TRITON_INTERPRET=1), float32/bf16/fp16, last stride 1."""
-    if not _HAVE_TRITON or x.dtype not in (torch.float32, torch.bfloat16, torch.float16) or x.stride(-1) != 1:
+    if not _HAVE_TRITON or x.dtype not in _DTYPES or x.stride(-1) != 1:
         return False
-    return x.device.type == "cuda" or (x.device.type == "cpu" and _interpret())
+    t = x.device.type
+    return t == "cuda" or (t == "cpu" and _interpret())
 
 
-if _HAVE_TRITON:
+def _pow2(n: int) -> int:
+    return 1 << (max(n, 1) - 1).bit_length()
 
-    @triton.jit
-    def _rotate_heads(
-        X,
-        O,
-        x_off,
-        o_off,
-        h,
-        H,
-        x_sh,
-        o_sh,
-        c,
-        s,
-        N: tl.constexpr,
-        BLOCK_N: tl.constexpr,
-        INTERLEAVED: tl.constexpr,
-    ):
-        i = tl.arange(0, BLOCK_N)
-        hm = h < H
-        m = hm[:, None] & (i < N)[None, :]
-        xrow = X + x_off + h.to(tl.int64)[:, None] * x_sh
-        orow = O + o_off + h.to(tl.int64)[:, None] * o_sh
-        if INTERLEAVED:
-            ia, ib = 2 * i, 2 * i + 1
-        else:
-            ia, ib = i, i + N
-        a = tl.load(xrow + ia[None, :], mask=m, other=0.0).to(tl.float32)
-        b = tl.load(xrow + ib[None, :], mask=m, other=0.0).to(tl.float32)
-        ra = a * c[None, :] - b * s[None, :]
-        rb = b * c[None, :] + a * s[None, :]
-        tl.store(orow + ia[None, :], ra.to(O.dtype.element_ty), mask=m)
-        tl.store(orow + ib[None, :], rb.to(O.dtype.element_ty), mask=m)
 
-    @triton.jit
-    def _rope_kernel(
-        Q,
-        QO,
-        K,
-        KO,
-        COS,
-        SIN,
-        S,
-        HQ,
-        HK,
-        NQB,
-        q_sb,
-        q_ss,
-        q_sh,
-        qo_sb,
-        qo_ss,
-        qo_sh,
-        k_sb,
-        k_ss,
-        k_sh,
-        ko_sb,
-        ko_ss,
-        ko_sh,
-        t_sb,
-        t_ss,
-        N: tl.constexpr,
-        BLOCK_N: tl.constexpr,
-        BLOCK_H: tl.constexpr,
-        INTERLEAVED: tl.constexpr,
-        SIGN: tl.constexpr,
-        HAS_K: tl.constexpr,
-    ):
-        tok = tl.program_id(0).to(tl.int64)  # b * S + s, int64 from the start
-        hb = tl.program_id(1)
-        b = tok // S
-        si = tok % S
-        i = tl.arange(0, BLOCK_N)
-        t_off = b * t_sb + si * t_ss
-        c = tl.load(COS + t_off + i, mask=i < N, other=1.0).to(tl.float32)
-        s = tl.load(SIN + t_off + i, mask=i < N, other=0.0).to(tl.float32) * SIGN
-        if hb < NQB:
-            h = hb * BLOCK_H + tl.arange(0, BLOCK_H)
-            _rotate_heads(
-                Q,
-                QO,
-                b * q_sb + si * q_ss,
-                b * qo_sb + si * qo_ss,
-                h,
-                HQ,
-                q_sh,
-                qo_sh,
-                c,
-                s,
-                N,
-                BLOCK_N,
-                INTERLEAVED,
-            )
-        elif HAS_K:
-            h = (hb - NQB) * BLOCK_H + tl.arange(0, BLOCK_H)
-            _rotate_heads(
-                K,
-                KO,
-                b * k_sb + si * k_ss,
-                b * ko_sb + si * ko_ss,
-                h,
-                HK,
-                k_sh,
-                ko_sh,
-                c,
-                s,
-                N,
-                BLOCK_N,
-                INTERLEAVED,
-            )
+#: launch configuration override for tuning runs (bench/gpu.py --sweep): keys block_h, block_t, num_warps, split,
+#: head_loop
+_TUNE: dict[str, int] | None = None
+
+
+def launch_config(
+    hq: int, hk: int, n: int, tokens: int, layout: str, from_pos: bool = False
+) -> dict[str, int]:
+    """Heads per program, tokens per program, warps, the interleaved load style and whether one program takes
+    every head of its tokens, for one launch."""
+    # Measured on an H200 (bench/gpu.py, docs/kernels.md "GPU"). Prefill (>= 1024 tokens): one program per token
+    # for all heads, 8 warps with tables given and 2 with positions (4 or 8 warps made the position kernel 2-3.4x
+    # slower at 4k-32k tokens). Decode (< 1024 tokens): with tables, one program per 16 heads of a token and 4
+    # warps (graph replay 1.6-2.6 us per call at batch 1-256; all heads per program was 1.2-1.3x slower); with
+    # positions, all heads per program and 4 warps. Sizes between 256 and 4096 tokens were not measured: the
+    # switch at 1024 is a choice between the two measured regimes. Interleaved pairs are always split in
+    # registers from one contiguous load (the strided loads were 3.5-8x slower).
+    prefill = tokens >= 1024
+    cfg = {
+        "block_h": min(16, _pow2(max(hq, hk))),
+        "block_t": 1,
+        "num_warps": (2 if from_pos else 8) if prefill else 4,
+        "split": int(layout == "interleaved"),
+        "head_loop": int(prefill or from_pos),
+    }
+    if _TUNE is not None:
+        cfg.update(_TUNE)
+    return cfg
 
 
 def _bshd(x: torch.Tensor) -> tuple[int, int, int, int, int, int]:
     """(B, S, H, sb, ss, sh) of a [b, s, h, d] or [t, h, d] tensor."""
-    if x.dim() == 3:
-        return 1, x.shape[0], x.shape[1], 0, x.stride(0), x.stride(1)
-    return x.shape[0], x.shape[1], x.shape[2], x.stride(0), x.stride(1), x.stride(2)
+    st = x.stride()
+    if len(st) == 3:
+        return 1, x.shape[0], x.shape[1], 0, st[0], st[1]
+    sh = x.shape
+    return sh[0], sh[1], sh[2], st[0], st[1], st[2]
+
+
+def _outputs(
+    q: torch.Tensor, k: torch.Tensor | None, r: int, inplace: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    qo = q if inplace else torch.empty_like(q)
+    ko = None if k is None else (k if inplace else torch.empty_like(k))
+    if not inplace and q.shape[-1] > r:  # the pass-through channels of a fresh output
+        qo[..., r:].copy_(q[..., r:])
+        if k is not None and ko is not None:
+            ko[..., r:].copy_(k[..., r:])
+    return qo, ko
+
+
+class Plan:
+    """One validated launch geometry of :func:`rope_kernel`: grid, integer arguments and constexprs, so a repeated
+    call (every layer of every decoding step) makes the launch with no Python checks. Built from the [b, s, h, d]
+    views; called with the caller's tensors (the same storage, so the same data pointers). Out of place only when
+    every channel is rotated (the outputs are fresh ``empty_like`` tensors of the same geometry)."""
+
+    __slots__ = ("_consts", "_rows", "args", "from_pos", "grid", "has_k", "inplace", "meta")
+
+    def __init__(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor | None,
+        qo: torch.Tensor,
+        ko: torch.Tensor | None,
+        t_sb: int,
+        t_ss: int,
+        n: int,
+        layout: str,
+        sign: int,
+        from_pos: bool,
+        rows: torch.Tensor | None,
+        consts: torch.Tensor | None,
+        inplace: bool,
+    ) -> None:
+        self._rows, self._consts = rows, consts
+        rows_len = 0 if rows is None else rows.shape[0]
+        B, S, HQ, q_sb, q_ss, q_sh = _bshd(q)
+        _, _, _, qo_sb, qo_ss, qo_sh = _bshd(qo)
+        HK, k_sb, k_ss, k_sh, ko_sb, ko_ss, ko_sh = 0, 0, 0, 0, 0, 0, 0
+        if k is not None and ko is not None:
+            _, _, HK, k_sb, k_ss, k_sh = _bshd(k)
+            _, _, _, ko_sb, ko_ss, ko_sh = _bshd(ko)
+        T = B * S
+        cfg = launch_config(HQ, HK, n, T, layout, from_pos)
+        bh, bt = cfg["block_h"], cfg["block_t"]
+        nqb = -(-HQ // bh)
+        self.grid = (-(-T // bt), 1 if cfg["head_loop"] else nqb + (-(-HK // bh) if k is not None else 0))
+        self.args: tuple[int, ...] = (rows_len, T, S, HQ, HK, nqb, q_sb, q_ss, q_sh, qo_sb, qo_ss, qo_sh)
+        self.args = (*self.args, k_sb, k_ss, k_sh, ko_sb, ko_ss, ko_sh, t_sb, t_ss)
+        self.meta = {
+            "N": n,
+            "BLOCK_N": _pow2(n),
+            "BLOCK_H": bh,
+            "BLOCK_T": bt,
+            "INTERLEAVED": layout == "interleaved",
+            "SPLIT": bool(cfg["split"]),
+            "SIGN": float(sign),
+            "HAS_K": k is not None,
+            "FROM_POS": from_pos,
+            "HEAD_LOOP": bool(cfg["head_loop"]),
+            "num_warps": cfg["num_warps"],
+        }
+        self.from_pos, self.has_k, self.inplace = from_pos, k is not None, inplace
+
+    def launch(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor | None,
+        qo: torch.Tensor,
+        ko: torch.Tensor | None,
+        t0: torch.Tensor,
+        t1: torch.Tensor,
+        rows: torch.Tensor,
+        consts: torch.Tensor,
+    ) -> None:
+        if self.grid[0] == 0:
+            return
+        kk = q if k is None else k
+        _k.rope_kernel[self.grid](
+            q, qo, kk, kk if ko is None else ko, t0, t1, rows, consts, *self.args, **self.meta
+        )  # fmt: skip
+
+    def __call__(
+        self, q: torch.Tensor, k: torch.Tensor | None, t0: torch.Tensor, t1: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Rotate q and k (the caller's tensors, in the geometry the plan was built for) with tables t0/t1, or
+        at positions t0 (``from_pos``; rows and constants of the plan's spec)."""
+        qo = q if self.inplace else torch.empty_like(q)
+        ko = None if k is None else (k if self.inplace else torch.empty_like(k))
+        rows = t0 if self._rows is None else self._rows
+        consts = t0 if self._consts is None else self._consts
+        self.launch(q, k, qo, ko, t0, t1, rows, consts)
+        return qo, ko
 
 
 def rotate_qk(
@@ -178,59 +219,96 @@ def rotate_qk(
     sign: int = 1,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One launch for q and k, both laid out as [b, s, h, d] (or [t, h, d]); cos/sin [b or 1, s, n] float32."""
-    n = r // 2
-    qo = q if inplace else torch.empty_like(q)
-    ko = None if k is None else (k if inplace else torch.empty_like(k))
-    if not inplace and q.shape[-1] > r:
-        qo[..., r:].copy_(q[..., r:])
-        if k is not None:
-            ko[..., r:].copy_(k[..., r:])  # type: ignore[index]
-    B, S, HQ, q_sb, q_ss, q_sh = _bshd(q)
-    _, _, _, qo_sb, qo_ss, qo_sh = _bshd(qo)
-    HK, k_sb, k_ss, k_sh, ko_sb, ko_ss, ko_sh = 0, 0, 0, 0, 0, 0, 0
-    if k is not None:
-        _, _, HK, k_sb, k_ss, k_sh = _bshd(k)
-        _, _, _, ko_sb, ko_ss, ko_sh = _bshd(ko)  # type: ignore[arg-type]
-    cos, sin = kernel_tables(cos, sin)  # one set of strides for both; row views of the packed cache: no copy
-    t_sb = 0 if cos.dim() == 2 or cos.shape[0] == 1 else cos.stride(0)
-    t_ss = cos.stride(-2)
-    BLOCK_H = min(8, triton.next_power_of_2(max(HQ, HK, 1)))
-    NQB = triton.cdiv(HQ, BLOCK_H)
-    NKB = triton.cdiv(HK, BLOCK_H) if k is not None else 0
-    grid = (B * S, NQB + NKB)
-    if B * S > 0:
-        _rope_kernel[grid](
-            q,
-            qo,
-            q if k is None else k,
-            qo if ko is None else ko,
-            cos,
-            sin,
-            S,
-            HQ,
-            HK,
-            NQB,
-            q_sb,
-            q_ss,
-            q_sh,
-            qo_sb,
-            qo_ss,
-            qo_sh,
-            k_sb,
-            k_ss,
-            k_sh,
-            ko_sb,
-            ko_ss,
-            ko_sh,
-            t_sb,
-            t_ss,
-            N=n,
-            BLOCK_N=triton.next_power_of_2(n),
-            BLOCK_H=BLOCK_H,
-            INTERLEAVED=layout == "interleaved",
-            SIGN=float(sign),
-            HAS_K=k is not None,
-        )
+    return tables_plan(q, k, cos, sin, r, layout, inplace, sign)[0]
+
+
+def _repeatable(
+    q: torch.Tensor, k: torch.Tensor | None, qo: torch.Tensor, ko: torch.Tensor | None, r: int, inplace: bool
+) -> bool:
+    """Whether a plan's repeat (``empty_like`` outputs of the caller's tensors, no pass-through copy) writes where
+    this call wrote: in place, or every channel rotated and ``empty_like`` kept the strides (dense inputs; for a
+    sliced, non-dense q it returns a contiguous tensor whose strides depend on the caller's format)."""
+    if inplace:
+        return True
+    return (
+        q.shape[-1] == r
+        and qo.stride() == q.stride()
+        and (k is None or ko is None or ko.stride() == k.stride())
+    )
+
+
+def tables_plan(
+    q: torch.Tensor,
+    k: torch.Tensor | None,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    r: int,
+    layout: str,
+    inplace: bool,
+    sign: int = 1,
+) -> tuple[tuple[torch.Tensor, torch.Tensor | None], Plan | None]:
+    """:func:`rotate_qk`, and the :class:`Plan` that repeats it for the same geometry (None when a repeat could
+    not reuse it: tables that needed a copy, out of place with pass-through channels)."""
+    qo, ko = _outputs(q, k, r, inplace)
+    c, s = kernel_tables(cos, sin)  # one set of strides for both; row views of the packed cache: no copy
+    t_sb = 0 if c.dim() == 2 or c.shape[0] == 1 else c.stride(0)
+    plan = Plan(q, k, qo, ko, t_sb, c.stride(-2), r // 2, layout, sign, False, None, None, inplace)
+    plan.launch(q, k, qo, ko, c, s, c, c)
+    reusable = c is cos and s is sin and _repeatable(q, k, qo, ko, r, inplace)
+    return (qo, ko), plan if reusable else None
+
+
+class _RotateQK(torch.autograd.Function):
+    """q and k in one launch forward, their gradients in one launch backward (the rotation by -phi); the
+    backward is this function again, so double backward works."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, r: int, layout: str,
+        sign: int,
+    ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+        ctx.save_for_backward(cos, sin)
+        ctx.r, ctx.layout, ctx.sign = r, layout, sign
+        qo, ko = rotate_qk(q, k, cos, sin, r, layout, False, sign)
+        assert ko is not None
+        return qo, ko
+
+    @staticmethod
+    def backward(ctx: Any, gq: torch.Tensor | None, gk: torch.Tensor | None) -> tuple[Any, ...]:
+        cos, sin = ctx.saved_tensors
+        none = (None, None, None, None, None)
+        if gq is None or gk is None:  # one of the two outputs unused: rotate the other alone
+            g = gq if gq is not None else gk
+            assert g is not None
+            g = g if g.stride(-1) == 1 else g.contiguous()
+            dg = rotate_qk_autograd_one(g, cos, sin, ctx.r, ctx.layout, -ctx.sign)
+            return (dg, None, *none) if gq is not None else (None, dg, *none)
+        gq = gq if gq.stride(-1) == 1 else gq.contiguous()
+        gk = gk if gk.stride(-1) == 1 else gk.contiguous()
+        dq, dk = _apply_qk(gq, gk, cos, sin, ctx.r, ctx.layout, -ctx.sign)
+        return (dq, dk, *none)
+
+
+# torch.autograd.Function.apply is an untyped classmethod in torch's stubs; this is its real signature here.
+_apply_qk = cast(Callable[..., tuple[torch.Tensor, torch.Tensor]], _RotateQK.apply)
+
+
+def rotate_qk_autograd_one(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, r: int, layout: str, sign: int
+) -> torch.Tensor:
+    """One tensor ([b, s, h, d] or [t, h, d]), recorded for autograd."""
+    bt = cos.unsqueeze(-2)  # [b|1, s, 1, n] ([t, 1, n]): the broadcast table raw_rotate's callers pass
+    out: torch.Tensor = rotate(
+        x, bt, sin.unsqueeze(-2), rotary_dim=r, layout=layout, inplace=False, sign=sign
+    )
+    return out
+
+
+def rotate_qk_autograd(
+    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, r: int, layout: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`rotate_qk` out of place, recorded for autograd: one launch forward, one backward."""
+    qo, ko = _apply_qk(q, k, cos, sin, r, layout, 1)
     return qo, ko
 
 
