@@ -33,17 +33,32 @@ __all__ = [
 ]
 
 #: rows of the immutable per-(spec, device) table the position kernels read; positions past it are computed
-#: exactly on the fly (float64). Immutable, so a captured CUDA graph never points at a freed table.
+#: exactly on the fly (float64). 8 MiB for 64 bands.
 DEVICE_ROWS = 16384
-_ROWS: dict[tuple[int, torch.device], tuple[RopeSpec, torch.Tensor, torch.Tensor]] = {}
+#: the tables, one per distinct spec (by equality) and device, kept for the life of the process: never freed or
+#: resized, so a captured CUDA graph never reads a freed table
+_TABLES: dict[tuple[RopeSpec, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}
+#: per spec object, the same tables without hashing the spec on every call (references only: clearing it frees nothing)
+_BY_ID: dict[tuple[int, torch.device], tuple[RopeSpec, torch.Tensor, torch.Tensor]] = {}
 
 
 def device_rows(spec: RopeSpec, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """(rows [L, 2, n] float32 exact, consts [9, n] float64) of a static spec on ``device``, built once."""
+    """(rows [L, 2, n] float32 exact, consts [9, n] float64) of a static spec on ``device``, built once per
+    distinct spec and device."""
     key = (id(spec), device)
-    hit = _ROWS.get(key)
+    hit = _BY_ID.get(key)
     if hit is not None and hit[0] is spec:
         return hit[1], hit[2]
+    tables = _TABLES.get((spec, device))
+    if tables is None:
+        tables = _TABLES[(spec, device)] = _build(spec, device)
+    if len(_BY_ID) >= 256:
+        _BY_ID.clear()
+    _BY_ID[key] = (spec, *tables)
+    return tables
+
+
+def _build(spec: RopeSpec, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     from ropekit.phases import _rope_tables, band_constant_tensor
 
     n = spec.n_bands
@@ -54,9 +69,6 @@ def device_rows(spec: RopeSpec, device: torch.device) -> tuple[torch.Tensor, tor
     consts = torch.cat((base, extra.expand(2, n)), dim=0).contiguous()
     cos, sin = _rope_tables(torch.arange(DEVICE_ROWS, device=device), spec)
     rows = torch.stack((cos, sin), dim=1).contiguous()
-    if len(_ROWS) >= 64:
-        _ROWS.clear()
-    _ROWS[key] = (spec, rows, consts)
     return rows, consts
 
 

@@ -136,3 +136,14 @@ def test_apply_rope_and_rope_tables_on_cuda_use_the_position_kernels(monkeypatch
     q_host, k_host = apply_rope(q, k, pos, spec, backend="torch")  # the host tables (mpmath-tested elsewhere)
     torch.testing.assert_close(qo, q_host, rtol=0, atol=2e-6)
     torch.testing.assert_close(ko, k_host, rtol=0, atol=2e-6)
+
+
+def test_device_tables_are_shared_by_equal_specs_and_outlive_the_id_cache() -> None:
+    """One table per distinct spec and device, kept for the process: a launch captured in a CUDA graph keeps
+    pointing at live memory even after the per-object cache is cleared."""
+    a, b = RopeSpec(64, base=12_345.0), RopeSpec(64, base=12_345.0)
+    rows_a, consts_a = triton_positions.device_rows(a, torch.device(DEVICE))
+    triton_positions._BY_ID.clear()
+    rows_b, consts_b = triton_positions.device_rows(b, torch.device(DEVICE))
+    assert rows_b is rows_a and consts_b is consts_a
+    assert rows_a.shape == (L, 2, 32) and consts_a.shape == (9, 32)
