@@ -190,6 +190,9 @@ class Plan:
     ) -> None:
         if self.grid[0] == 0:
             return
+        if q.is_cuda and q.device.index != torch.cuda.current_device():  # Triton launches on the current device
+            with torch.cuda.device(q.device):
+                return self.launch(q, k, qo, ko, t0, t1, rows, consts)
         kk = q if k is None else k
         _k.rope_kernel[self.grid](
             q, qo, kk, kk if ko is None else ko, t0, t1, rows, consts, *self.args, **self.meta

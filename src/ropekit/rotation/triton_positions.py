@@ -123,6 +123,9 @@ def exact_tables(positions: torch.Tensor, spec: RopeSpec) -> tuple[torch.Tensor,
     flat = positions.reshape(-1).contiguous()
     cos = torch.empty((flat.numel(), n), dtype=torch.float32, device=positions.device)
     sin = torch.empty_like(cos)
+    if flat.numel() and flat.is_cuda and flat.device.index != torch.cuda.current_device():
+        with torch.cuda.device(flat.device):  # Triton launches on the current device
+            return exact_tables(positions, spec)
     if flat.numel():
         bt = 4
         _k.tables_kernel[(-(-flat.numel() // bt),)](
