@@ -1,0 +1,123 @@
+"""The GPU numbers in README.md and docs/kernels.md are the committed runs' numbers (docs/bench-gpu-h200*.json),
+not retyped by hand: every microsecond figure in the README's GPU table and in the kernels.md prefill table is
+looked up in the JSON of the run the text names (run 3: docs/bench-gpu-h200.json, run 2: ...-sweep.json)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN3 = json.loads((ROOT / "docs" / "bench-gpu-h200.json").read_text())
+RUN2 = json.loads((ROOT / "docs" / "bench-gpu-h200-sweep.json").read_text())
+COLUMNS = [
+    "copy (floor)",
+    "ropekit apply_rope_tables",
+    "ropekit apply_rope (positions)",
+    "transformers eager",
+    "transformers torch.compile",
+    "liger-kernel",
+    "flash-attn triton",
+]
+
+
+def _case(run: dict, **want: object) -> dict:
+    hits = [r for r in run["results"] if all(r.get(k) == v for k, v in want.items())]
+    assert len(hits) == 1, want
+    return hits[0]["rows"]
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def _num(cell: str) -> list[float]:
+    return [float(x) for x in re.findall(r"\d+(?:\.\d+)?", cell.replace("**", ""))]
+
+
+def _readme_table() -> list[list[str]]:
+    text = (ROOT / "README.md").read_text()
+    start = text.index("| Llama-3 8B heads (32 q / 8 kv × 128) |")
+    lines = text[start:].split("\n\n")[0].splitlines()
+    return [_cells(line) for line in lines[2:]]
+
+
+@pytest.mark.parametrize(
+    "label,tokens,layout",
+    [
+        ("prefill 32k tokens, half", 32768, "half"),
+        ("prefill 32k tokens, interleaved", 32768, "interleaved"),
+        ("prefill 4k tokens, half", 4096, "half"),
+    ],
+)
+def test_readme_prefill_rows_are_run_3(label: str, tokens: int, layout: str) -> None:
+    row = next(r for r in _readme_table() if r[0] == label)
+    rows = _case(RUN3, case="prefill", model="llama3-8b", tokens=tokens, layout=layout)
+    for name, cell in zip(COLUMNS, row[1:]):
+        if cell == "n/a":
+            assert "us" not in rows.get(name, {}), name
+            continue
+        assert _num(cell) == [round(rows[name]["us"], 1)], (name, cell)
+
+
+def test_readme_decode_row_is_run_2() -> None:
+    row = next(r for r in _readme_table() if r[0].startswith("decode batch 64"))
+    rows = _case(RUN2, case="decode", model="llama3-8b", batch=64)
+    for name, cell in zip(COLUMNS, row[1:]):
+        host, graph = _num(cell)
+        assert host == round(rows[name]["host_us"], 1) and graph == round(rows[name]["graph_us"], 2), (
+            name,
+            cell,
+        )
+
+
+def test_kernels_md_prefill_table_is_run_3() -> None:
+    text = (ROOT / "docs" / "kernels.md").read_text()
+    start = text.index("### Prefill (run 3, H200")
+    lines = [
+        ln for ln in text[start:].split("\n\n")[0].splitlines() if ln.startswith("| ") and "---" not in ln
+    ]
+    checked = 0
+    for line in lines[1:]:
+        cells = _cells(line)
+        model, tok, layout = re.match(r"(8B|70B), (4k|32k), (\w+)", cells[0]).groups()  # type: ignore[union-attr]
+        rows = _case(
+            RUN3,
+            case="prefill",
+            model=f"llama3-{model.lower()}",
+            tokens=4096 if tok == "4k" else 32768,
+            layout=layout,
+        )
+        for name, cell in zip(COLUMNS, cells[1:]):
+            if cell == "n/a":
+                continue
+            assert _num(cell)[0] == round(rows[name]["us"], 1), (cells[0], name, cell)
+            checked += 1
+    assert checked >= 30
+
+
+def test_kernels_md_decode_table_is_run_2() -> None:
+    text = (ROOT / "docs" / "kernels.md").read_text()
+    start = text.index("| batch | copy | ropekit tables given |")
+    lines = [ln for ln in text[start:].split("\n\n")[0].splitlines() if "---" not in ln][1:]
+    names = [
+        "copy (floor)",
+        "ropekit apply_rope_tables",
+        "ropekit apply_rope (positions)",
+        "ropekit Rotary module",
+        "transformers eager",
+        "transformers torch.compile",
+        "liger-kernel",
+        "flash-attn triton",
+    ]
+    assert len(lines) == 6
+    for line in lines:
+        cells = _cells(line)
+        rows = _case(RUN2, case="decode", model="llama3-8b", batch=int(cells[0]))
+        for name, cell in zip(names, cells[1:], strict=True):
+            host, graph = _num(cell)
+            assert host == round(rows[name]["host_us"], 1), (cells[0], name, cell)
+            assert graph == round(rows[name]["graph_us"], 2), (cells[0], name, cell)
