@@ -225,6 +225,10 @@ def rotate_qk(
     return tables_plan(q, k, cos, sin, r, layout, inplace, sign)[0]
 
 
+#: launches by geometry (the autograd path and callers without a fast-path key build no Plan per call)
+_LAUNCHES: dict[tuple[object, ...], Plan] = {}
+
+
 def _repeatable(
     q: torch.Tensor, k: torch.Tensor | None, qo: torch.Tensor, ko: torch.Tensor | None, r: int, inplace: bool
 ) -> bool:
@@ -254,8 +258,17 @@ def tables_plan(
     not reuse it: tables that needed a copy, out of place with pass-through channels)."""
     qo, ko = _outputs(q, k, r, inplace)
     c, s = kernel_tables(cos, sin)  # one set of strides for both; row views of the packed cache: no copy
-    t_sb = 0 if c.dim() == 2 or c.shape[0] == 1 else c.stride(0)
-    plan = Plan(q, k, qo, ko, t_sb, c.stride(-2), r // 2, layout, sign, False, None, None, inplace)
+    # the launch depends on the tensors only through their geometry (outputs: empty_like, a function of it)
+    kg = None if k is None else (k.shape, k.stride())
+    key = (q.shape, q.stride(), q.dtype, q.device, kg, c.shape, c.stride(), r, layout, sign, inplace)
+    plan = _LAUNCHES.get(key) if _TUNE is None else None
+    if plan is None:
+        t_sb = 0 if c.dim() == 2 or c.shape[0] == 1 else c.stride(0)
+        plan = Plan(q, k, qo, ko, t_sb, c.stride(-2), r // 2, layout, sign, False, None, None, inplace)
+        if _TUNE is None:
+            if len(_LAUNCHES) >= 256:
+                _LAUNCHES.clear()
+            _LAUNCHES[key] = plan
     plan.launch(q, k, qo, ko, c, s, c, c)
     reusable = c is cos and s is sin and _repeatable(q, k, qo, ko, r, inplace)
     return (qo, ko), plan if reusable else None
@@ -288,7 +301,12 @@ class _RotateQK(torch.autograd.Function):
             return (dg, None, *none) if gq is not None else (None, dg, *none)
         gq = gq if gq.stride(-1) == 1 else gq.contiguous()
         gk = gk if gk.stride(-1) == 1 else gk.contiguous()
-        dq, dk = _apply_qk(gq, gk, cos, sin, ctx.r, ctx.layout, -ctx.sign)
+        if torch.is_grad_enabled():  # create_graph=True: record this rotation too (double backward)
+            dq, dk = _apply_qk(gq, gk, cos, sin, ctx.r, ctx.layout, -ctx.sign)
+        else:  # a plain backward: the launch alone
+            dq, dk2 = rotate_qk(gq, gk, cos, sin, ctx.r, ctx.layout, False, -ctx.sign)
+            assert dk2 is not None
+            dk = dk2
         return (dq, dk, *none)
 
 

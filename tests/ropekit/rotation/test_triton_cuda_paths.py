@@ -232,6 +232,13 @@ def test_q_and_k_with_autograd_take_one_launch_each_way(fmt: str, monkeypatch: p
         dq, gq, q.detach()
     )  # dq = R(-phi) gq: its vector-Jacobian product is R(phi) v
     _close(ddq, q.detach(), pos, spec, fmt)
+    n = len(launches)
+    plain = torch.autograd.grad(  # a plain backward (no create_graph): the launch alone, not recorded
+        apply_rope_tables(q, k, cos, sin, spec, format=fmt, backend="triton"), (q, k), (gq.detach(), gk.detach())
+    )
+    assert len(launches) == n + 2 and not plain[0].requires_grad
+    _close(plain[0], gq.detach(), -pos, spec, fmt)
+    _close(plain[1], gk.detach(), -pos, spec, fmt)
     _, kr2 = apply_rope_tables(q, k, cos, sin, spec, format=fmt, backend="triton")
     (dk_only,) = torch.autograd.grad(kr2, k, gk.detach())
     _close(dk_only, gk.detach(), -pos, spec, fmt)
