@@ -11,7 +11,7 @@ captured in a CUDA graph) -- rotates in float32 and stores in the input dtype. A
 
 Correctness is tested on the CPU with ``TRITON_INTERPRET=1`` against the float64 reference, and on CUDA devices
 when one is present (tests/ropekit/rotation/test_triton_cuda_paths.py). The auto backend picks this one for CUDA
-tensors when Triton is importable. Launch configurations were tuned on an H100 (docs/kernels.md, bench/gpu.py).
+tensors when Triton is importable. Launch configurations were tuned on an H200 (docs/kernels.md, bench/gpu.py).
 
 Shapes: x as [b, s, h, d] strides (bshd / bhsd / thd all map onto it), tables [b or 1, s, n], positions
 [b or 1, s].
