@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: demo report test test-all clean report-screenshot test-hf-suite test-timm
+.PHONY: demo report test test-all clean report-screenshot test-hf-suite test-timm gpu-check
 
 # ropekit.timm's tests run in a second environment: timm imports torchvision, and torchvision would break the main
 # one (transformers' vision-language modules import it when it is there). It holds the same CPU torch plus
@@ -74,6 +74,17 @@ report-screenshot: $(VENV)/.dev $(VENV)/.chromium
 # transformers' own common model tests (from its PyPI sdist), unpatched and with every model patched by ropekit
 test-hf-suite: $(VENV)/.dev
 	$(BIN)/python tools/hf_suite/run.py $(if $(TRANSFORMERS_TESTS),--tests $(TRANSFORMERS_TESTS) --docs docs/hf.md) $(if $(FAMILIES),--families $(FAMILIES))
+
+# on a machine with a CUDA GPU and its own torch + triton (not CI): the CUDA-path tests, then the GPU benchmark
+# (bench/gpu.py; peers where importable: liger_kernel, and flash-attn's Triton rotary from FLASH_ATTN_SRC). Uses the
+# python on PATH, not the venv (the venv holds the CPU torch). docs/kernels.md "Measured on a GPU" says how it ran.
+GPU_PYTHON ?= python3
+gpu-check:
+	PYTHONPATH=$(CURDIR)/src:$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(GPU_PYTHON) -m pytest -q -p no:cacheprovider \
+		tests/ropekit/rotation/test_triton_backend.py tests/ropekit/rotation/test_triton_cuda_paths.py \
+		tests/ropekit/rotation/test_triton_positions.py tests/ropekit/test_axis_tables.py tests/ropekit/test_module.py
+	mkdir -p build
+	PYTHONPATH=$(CURDIR)/src:$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(GPU_PYTHON) bench/gpu.py --out build/bench-gpu.json
 
 clean:
 	rm -rf $(VENV) $(VENV_TIMM) build src/*.egg-info .pytest_cache .hypothesis .mypy_cache
