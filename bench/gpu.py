@@ -617,7 +617,9 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(report["machine"]), flush=True)
     q, k = _qk(1, 512, 32, 8, 128)
     try:
-        report["same_rotation_max_abs_diff"] = _check_same_rotation(q, k, torch.arange(512, device="cuda")[None])
+        report["same_rotation_max_abs_diff"] = _check_same_rotation(
+            q, k, torch.arange(512, device="cuda")[None]
+        )
     except Exception as e:  # noqa: BLE001 - a broken check is reported, the timings still run
         report["same_rotation_max_abs_diff"] = {"error": f"{type(e).__name__}: {e}"}
     print("same rotation (max |peer - ropekit| on bf16 q):", report["same_rotation_max_abs_diff"], flush=True)
