@@ -10,6 +10,7 @@ backend that cannot run on the tensor's device is refused before anything is wri
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 import torch
@@ -71,6 +72,32 @@ def _to_bshd(x: torch.Tensor, fmt: str) -> torch.Tensor:
     return x.transpose(1, 2) if fmt == "bhsd" else x
 
 
+def _results(
+    q: torch.Tensor,
+    k: torch.Tensor | None,
+    qo: torch.Tensor,
+    ko: torch.Tensor | None,
+    fmt: str,
+    inplace: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """What the caller gets back: q and k themselves in place, else the [b, s, h, d] outputs in its format."""
+    if inplace:
+        return q, k
+    return _to_bshd(qo, fmt), None if ko is None else _to_bshd(ko, fmt)
+
+
+def _positions_kernels(positions: torch.Tensor, spec: RopeSpec) -> ModuleType | None:
+    """:mod:`ropekit.rotation.triton_positions` when its kernels take these positions (Triton installed, integer
+    CUDA positions, a static spec), else None."""
+    from ropekit.rotation import triton_backend
+
+    if positions.device.type != "cuda" or not triton_backend.available():
+        return None
+    from ropekit.rotation import triton_positions
+
+    return triton_positions if triton_positions.positions_ok(positions, spec) else None
+
+
 def _fused_triton(
     q: torch.Tensor,
     k: torch.Tensor | None,
@@ -108,9 +135,7 @@ def _fused_triton(
             from ropekit.rotation import fastpath
 
             fastpath.store(fast_key, spec, plan)
-    if inplace:
-        return q, k
-    return _to_bshd(qo, fmt), None if ko is None else _to_bshd(ko, fmt)
+    return _results(q, k, qo, ko, fmt, inplace)
 
 
 def fused_positions(
@@ -132,42 +157,27 @@ def fused_positions(
         return None
     if torch.is_grad_enabled() and q.requires_grad:
         return None
+    pos = positions if positions.device == q.device else positions.to(q.device)
+    kernels = _positions_kernels(pos, spec)
+    if kernels is None:
+        return None
     from ropekit.rotation import triton_backend
 
-    if not triton_backend.available():
+    if not triton_backend.supports(q) or (k is not None and not triton_backend.supports(k)):
         return None
-    from ropekit.rotation import triton_positions
-
-    pos = positions if positions.device == q.device else positions.to(q.device)
-    if not (triton_positions.positions_ok(pos, spec) and triton_backend.supports(q)):
-        return None
-    if k is not None and not triton_backend.supports(k):
-        return None
-    if fmt != "thd" and pos.dim() == 1:
-        pos = pos.unsqueeze(0)
-    (qo, ko), plan = triton_positions.positions_plan(
+    # positions [s] (shared by the batch) or [t] ("thd") are read with a zero batch stride
+    (qo, ko), plan = kernels.positions_plan(
         _to_bshd(q, fmt), None if k is None else _to_bshd(k, fmt), pos, spec, inplace
     )
     if plan is not None and apply_key is not None and pos is positions:
         from ropekit.rotation import fastpath
 
         fastpath.apply_store_plan(apply_key, spec, plan)
-    if inplace:
-        return q, k
-    return _to_bshd(qo, fmt), None if ko is None else _to_bshd(ko, fmt)
+    return _results(q, k, qo, ko, fmt, inplace)
 
 
 def device_tables(positions: torch.Tensor, spec: RopeSpec) -> tuple[torch.Tensor, torch.Tensor] | None:
     """Exact float32 tables of integer CUDA positions in one Triton launch (no host sync), or None where that
     does not apply (no Triton, dynamic scaling, float positions, another device)."""
-    if positions.device.type != "cuda":
-        return None
-    from ropekit.rotation import triton_backend
-
-    if not triton_backend.available():
-        return None
-    from ropekit.rotation import triton_positions
-
-    if not triton_positions.positions_ok(positions, spec):
-        return None
-    return triton_positions.exact_tables(positions, spec)
+    kernels = _positions_kernels(positions, spec)
+    return None if kernels is None else kernels.exact_tables(positions, spec)

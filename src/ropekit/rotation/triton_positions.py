@@ -118,14 +118,14 @@ def positions_plan(
 def exact_tables(positions: torch.Tensor, spec: RopeSpec) -> tuple[torch.Tensor, torch.Tensor]:
     """float32 (cos, sin) [*P, n] of integer positions on a CUDA device in one launch, no host sync; equal to
     :func:`ropekit.rope_tables` to within one float32 rounding."""
+    if positions.is_cuda and positions.device.index != torch.cuda.current_device():
+        with torch.cuda.device(positions.device):  # Triton launches on the current device
+            return exact_tables(positions, spec)
     rows, consts = device_rows(spec, positions.device)
     n = spec.n_bands
     flat = positions.reshape(-1).contiguous()
     cos = torch.empty((flat.numel(), n), dtype=torch.float32, device=positions.device)
     sin = torch.empty_like(cos)
-    if flat.numel() and flat.is_cuda and flat.device.index != torch.cuda.current_device():
-        with torch.cuda.device(flat.device):  # Triton launches on the current device
-            return exact_tables(positions, spec)
     if flat.numel():
         bt = 4
         _k.tables_kernel[(-(-flat.numel() // bt),)](

@@ -8,7 +8,6 @@ device and are skipped without one (bench/gpu.py and docs/kernels.md say where t
 from __future__ import annotations
 
 import itertools
-import os
 
 import pytest
 import torch
@@ -23,16 +22,8 @@ from ropekit import (
     rope_tables,
 )
 from tests.oracles import TOL, reference_rope
+from tests.ropekit.rotation.triton_device import CUDA, DEVICE, triton_backend, triton_positions
 
-triton_backend = pytest.importorskip("ropekit.rotation.triton_backend")
-if not triton_backend.available():
-    pytest.skip("triton is not installed", allow_module_level=True)
-from ropekit.rotation import triton_positions
-
-CUDA = torch.cuda.is_available()
-DEVICE = "cuda" if CUDA else "cpu"
-if not CUDA and os.environ.get("TRITON_INTERPRET") != "1":
-    pytest.skip("no CUDA device and TRITON_INTERPRET is not set", allow_module_level=True)
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
 
 
@@ -234,7 +225,9 @@ def test_q_and_k_with_autograd_take_one_launch_each_way(fmt: str, monkeypatch: p
     _close(ddq, q.detach(), pos, spec, fmt)
     n = len(launches)
     plain = torch.autograd.grad(  # a plain backward (no create_graph): the launch alone, not recorded
-        apply_rope_tables(q, k, cos, sin, spec, format=fmt, backend="triton"), (q, k), (gq.detach(), gk.detach())
+        apply_rope_tables(q, k, cos, sin, spec, format=fmt, backend="triton"),
+        (q, k),
+        (gq.detach(), gk.detach()),
     )
     assert len(launches) == n + 2 and not plain[0].requires_grad
     _close(plain[0], gq.detach(), -pos, spec, fmt)

@@ -9,7 +9,6 @@ same tests run on the GPU, and the public entry points are checked too.
 from __future__ import annotations
 
 import math
-import os
 
 import mpmath
 import pytest
@@ -17,17 +16,9 @@ import torch
 
 from ropekit import RopeSpec, apply_rope, rope_tables
 from tests.oracles import TOL, reference_rope
+from tests.ropekit.rotation.triton_device import CUDA, DEVICE, triton_positions
 from tests.ropekit.test_reduction import SPECIAL, SPECS, _oracle_angle, _random_positions
 
-triton_backend = pytest.importorskip("ropekit.rotation.triton_backend")
-if not triton_backend.available():
-    pytest.skip("triton is not installed", allow_module_level=True)
-from ropekit.rotation import triton_positions
-
-CUDA = torch.cuda.is_available()
-DEVICE = "cuda" if CUDA else "cpu"
-if not CUDA and os.environ.get("TRITON_INTERPRET") != "1":
-    pytest.skip("no CUDA device and TRITON_INTERPRET is not set", allow_module_level=True)
 L = triton_positions.DEVICE_ROWS
 
 
@@ -61,12 +52,12 @@ def test_device_rows_match_the_host_tables_bit_for_bit_in_the_table_range() -> N
 
 
 @pytest.mark.parametrize("layout,rot", [("half", None), ("interleaved", 48)])
-@pytest.mark.parametrize("pos_kind", ["batch", "shared", "thd"])
+@pytest.mark.parametrize("pos_kind", ["batch", "shared", "shared-1d", "thd"])
 @pytest.mark.parametrize("inplace", [False, True])
 def test_rotation_at_positions_matches_the_reference(
     layout: str, rot: int | None, pos_kind: str, inplace: bool
 ) -> None:
-    """Positions [b, s], [1, s] (shared by the batch) and [t] (packed), on both sides of the table's end."""
+    """Positions [b, s], [1, s] and [s] (shared by the batch) and [t] (packed), on both sides of the table's end."""
     spec = RopeSpec(64, base=10_000.0, rotary_dim=rot, layout=layout)
     b, s = (1, 9) if pos_kind == "thd" else (2, 9)
     hq, hk = 6, 2
@@ -77,12 +68,14 @@ def test_rotation_at_positions_matches_the_reference(
     else:
         q, k = torch.randn(b, s, hq, 64), torch.randn(b, s, hk, 64)
         pos = torch.randint(L - 5, L + 5, (b if pos_kind == "batch" else 1, s))
+        if pos_kind == "shared-1d":  # [s]: read with a zero batch stride
+            pos = pos[0]
         fmt = "bshd"
     q0, k0 = q.clone(), k.clone()
     qd, kd = q.to(DEVICE), k.to(DEVICE)
     qo, ko = triton_positions.rotate_qk_positions(qd, kd, pos.to(DEVICE), spec, inplace)
     assert (qo is qd) == inplace and (ko is kd) == inplace
-    ref_pos = pos.expand(b, s) if pos_kind == "shared" else pos
+    ref_pos = pos.expand(b, s) if pos_kind.startswith("shared") else pos
     for got, x in ((qo, q0), (ko, k0)):
         want = reference_rope(x, ref_pos, spec, format=fmt)
         torch.testing.assert_close(got.double().cpu(), want, rtol=0, atol=TOL[torch.float32])
