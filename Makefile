@@ -8,12 +8,13 @@ TORCH_SPEC ?= torch==2.13.0
 
 .PHONY: demo report test test-all clean report-screenshot test-hf-suite test-timm gpu-check
 
-# ropekit.timm's tests run in a second environment: timm imports torchvision, and torchvision would break the main
-# one (transformers' vision-language modules import it when it is there). It holds the same CPU torch plus
-# torchvision 0.28.0, the release made for torch 2.13.0 (~1.1 GB in all). On x86_64 PyPI's torchvision is a CUDA
-# build whose C++ ops cannot load beside the CPU torch; the timm tests call none of them (tests/ropekit/timm/conftest.py).
-# No CUDA build is ever installed.
-VENV_TIMM ?= .venv-timm
+# ropekit.timm's tests need timm, and timm imports torchvision; torchvision must not be in .venv itself (transformers'
+# vision-language modules import it whenever it is installed, and PyPI's x86_64 torchvision is a CUDA build whose C++
+# ops cannot load beside the CPU torch). So torchvision 0.28.0 (the release made for torch 2.13.0) and timm go into an
+# overlay folder, .timm-site (~60 MB), that only the timm step puts on PYTHONPATH; it adds no second torch (their other
+# requirements are already in .venv; `pip check` proves it). tests/ropekit/timm/conftest.py says how torchvision's
+# missing C++ ops are handled; the timm tests call none of them. No CUDA build is ever installed.
+TIMM_SITE ?= .timm-site
 TIMM_TORCHVISION_SPEC ?= torchvision==0.28.0
 
 $(BIN)/python:
@@ -31,7 +32,7 @@ $(VENV)/.dev: $(VENV)/.core
 # headless Chromium for the report's browser test (tests/ropekit/report/test_browser.py); CI runs as root
 $(VENV)/.chromium: $(BIN)/python
 	command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
-		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) || \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null && apt-get clean) || \
 		echo "warning: chromium could not be installed; the browser test skips (fails under CI=true)"
 	touch $@
 
@@ -47,21 +48,24 @@ $(VENV)/.plot: $(VENV)/.core
 report: $(VENV)/.plot
 	$(BIN)/ropekit report llama-3.1-8b --out report
 
-test: $(VENV)/.dev $(VENV)/.chromium $(VENV_TIMM)/.timm
+test: $(VENV)/.dev $(VENV)/.chromium $(TIMM_SITE)/.timm
 	$(BIN)/ruff check .
-	$(BIN)/mypy
+	$(BIN)/mypy --show-traceback
 	$(BIN)/python -m pytest -q
-	$(VENV_TIMM)/bin/python -m pytest -q -m timm tests/ropekit/timm
+	PYTHONPATH=$(TIMM_SITE) $(BIN)/python -m pytest -q -m timm tests/ropekit/timm
 
-$(VENV_TIMM)/.timm: pyproject.toml
-	$(PYTHON) -m venv $(VENV_TIMM)
-	$(VENV_TIMM)/bin/python -m pip install -q --no-cache-dir "$(TORCH_SPEC)"
-	$(VENV_TIMM)/bin/python -m pip install -q --no-cache-dir "$(TIMM_TORCHVISION_SPEC)" -e ".[timm,test]"
+# the timm extra's pin, read from pyproject.toml (one place for it)
+TIMM_SPEC = $(shell $(BIN)/python -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['timm'])")
+
+$(TIMM_SITE)/.timm: $(VENV)/.dev
+	rm -rf $(TIMM_SITE)
+	$(BIN)/python -m pip install -q --no-cache-dir --no-deps --target $(TIMM_SITE) "$(TIMM_TORCHVISION_SPEC)" "$(TIMM_SPEC)"
+	PYTHONPATH=$(TIMM_SITE) $(BIN)/python -m pip check
 	touch $@
 
-# only the timm tests (tests/ropekit/timm), in .venv-timm
-test-timm: $(VENV_TIMM)/.timm
-	$(VENV_TIMM)/bin/python -m pytest -q -m timm tests/ropekit/timm
+# only the timm tests (tests/ropekit/timm): .venv with .timm-site on PYTHONPATH
+test-timm: $(TIMM_SITE)/.timm
+	PYTHONPATH=$(TIMM_SITE) $(BIN)/python -m pytest -q -m timm tests/ropekit/timm
 
 test-all: $(VENV)/.dev
 	$(BIN)/python -m pytest -q -m ""
@@ -87,4 +91,4 @@ gpu-check:
 	PYTHONPATH=$(CURDIR)/src:$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(GPU_PYTHON) bench/gpu.py --out build/bench-gpu.json
 
 clean:
-	rm -rf $(VENV) $(VENV_TIMM) build src/*.egg-info .pytest_cache .hypothesis .mypy_cache
+	rm -rf $(VENV) $(TIMM_SITE) .venv-timm build src/*.egg-info .pytest_cache .hypothesis .mypy_cache

@@ -1,7 +1,9 @@
-"""timm tests run in the second environment (.venv-timm, `make test`'s second step, `-m timm`).
+"""timm tests run with the overlay folder .timm-site on PYTHONPATH (torchvision + timm; `make test`'s second step,
+`-m timm`).
 
-Where timm is not installed (the main .venv) these files are not collected at all; `-m "not timm"` deselects them
-in the main run, and `-m timm` without timm collects nothing, so pytest exits non-zero (never a silent pass).
+Where timm is not importable (the main run, without the overlay) these files are not collected at all; `-m "not timm"`
+deselects them in the main run, and `-m timm` without timm collects nothing, so pytest exits non-zero (never a silent
+pass).
 
 torchvision on a CPU torch. timm imports torchvision (``torchvision.ops.misc.FrozenBatchNorm2d``, its transforms).
 On x86_64, PyPI's torchvision wheels are CUDA builds: beside the project's CPU torch 2.13.0 their C++ extension
