@@ -107,7 +107,13 @@ def format_table(report: dict[str, Any]) -> str:
     m = report["machine"]
     lines = [
         f"machine: {m.get('cpu', '?')} ({m.get('cpu_count')} cores, {m.get('torch_threads')} torch threads), "
-        f"torch {m['torch']}" + (f", GPU {m['gpu']}" if "gpu" in m else "")
+        f"torch {m['torch']}"
+        + (f", GPU {m['gpu']}" if "gpu" in m else "")
+        + (
+            f", CPU kernel threads: {m['cpu_kernel']['threads']}"
+            if "threads" in m.get("cpu_kernel", {})
+            else ""
+        )
     ]
     blocks: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in report["results"]:

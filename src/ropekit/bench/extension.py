@@ -57,7 +57,7 @@ def _ctypes_cold_start() -> float:
     if cc is None:
         return float("nan")
     with tempfile.TemporaryDirectory() as tmp:
-        return cpu_build._build(cc, Path(tmp) / "rope_cpu.so")
+        return cpu_build._build(cc, cpu_build._FLAGS + cpu_build._arch_flags(cc), Path(tmp) / "rope_cpu.so")
 
 
 def _impls(B: int, S: int, g: torch.Generator) -> dict[str, Callable[[], Any]]:

@@ -92,6 +92,7 @@ def machine_info(device: str) -> dict[str, Any]:
         "built_now": b.built,
         "build_seconds": round(b.seconds, 3),
         "reason": b.reason,
+        "threads": b.threads,
     }
     try:
         import transformers

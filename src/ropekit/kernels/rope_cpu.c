@@ -191,6 +191,20 @@ static inline void inter_bf16_vec(bf16 *o, const bf16 *x, const f32 *R c, const 
 // ---------------------------------------------------------------------------------------------------------
 // The thread pool.
 typedef void (*range_fn)(const void *ctx, int64_t begin, int64_t end);
+#define CHUNKS_PER_THREAD 8
+
+// Chunking shared by both pools. Large work: at most CHUNKS_PER_THREAD chunks per thread, so that each chunk is a
+// long contiguous run that the hardware prefetchers can follow (16K-element chunks handed out alternately to two
+// threads cost about a third of the bandwidth); a stalled thread still costs at most one chunk of work.
+static int64_t chunk_for(int64_t n, int64_t chunk, int nthreads) {
+    if (chunk < 1) chunk = 1;
+    if (nthreads > 1) {
+        const int64_t big = (n + (int64_t)nthreads * CHUNKS_PER_THREAD - 1) / ((int64_t)nthreads * CHUNKS_PER_THREAD);
+        if (big > chunk) chunk = big;
+    }
+    return chunk;
+}
+#ifndef ROPEKIT_OMP
 #define MAX_WORKERS 63
 static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;   // guards the job description and gen
 static pthread_cond_t pool_cv = PTHREAD_COND_INITIALIZER;
@@ -241,18 +255,10 @@ static void after_fork_child(void) {  // the child has no workers; the caller th
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 static void register_atfork(void) { pthread_atfork(NULL, NULL, after_fork_child); }
 
-#define CHUNKS_PER_THREAD 8
 
 // Run fn over [0, n) in chunks with up to nthreads threads (the caller included).
 static void parallel_range(range_fn fn, const void *ctx, int64_t n, int64_t chunk, int nthreads) {
-    if (chunk < 1) chunk = 1;
-    // Large work: at most CHUNKS_PER_THREAD chunks per thread, so that each chunk is a long contiguous run that
-    // the hardware prefetchers can follow (16K-element chunks handed out alternately to two threads cost about
-    // a third of the bandwidth); a stalled thread still costs at most one chunk.
-    if (nthreads > 1) {
-        const int64_t big = (n + (int64_t)nthreads * CHUNKS_PER_THREAD - 1) / ((int64_t)nthreads * CHUNKS_PER_THREAD);
-        if (big > chunk) chunk = big;
-    }
+    chunk = chunk_for(n, chunk, nthreads);
     const int64_t nchunks = (n + chunk - 1) / chunk;
     if (nthreads <= 1 || nchunks <= 1 || nchunks > 0xffffffffLL) { fn(ctx, 0, n); return; }
     if (nthreads > MAX_WORKERS + 1) nthreads = MAX_WORKERS + 1;
@@ -283,6 +289,26 @@ static void parallel_range(range_fn fn, const void *ctx, int64_t n, int64_t chun
     }
     pthread_mutex_unlock(&run_mu);
 }
+#else
+// ROPEKIT_OMP: the chunks run on the OpenMP runtime torch's own intra-op pool runs on (the build links libgomp.so.1,
+// which the dynamic loader resolves to the copy torch already loaded: cpu_build.py checks that before choosing this
+// build). torch's workers spin for a while after each torch op; a pool of our own would then share the cores with
+// them, where this team *is* them. Threads claim chunks with one atomic, as in the pool.
+static void parallel_range(range_fn fn, const void *ctx, int64_t n, int64_t chunk, int nthreads) {
+    chunk = chunk_for(n, chunk, nthreads);
+    const int64_t nchunks = (n + chunk - 1) / chunk;
+    if (nthreads <= 1 || nchunks <= 1) { fn(ctx, 0, n); return; }
+    if (nthreads > nchunks) nthreads = (int)nchunks;
+    _Atomic int64_t next = 0;
+#pragma omp parallel num_threads(nthreads)
+    for (;;) {
+        const int64_t c = atomic_fetch_add_explicit(&next, 1, memory_order_relaxed);
+        if (c >= nchunks) break;
+        const int64_t b = c * chunk, e = b + chunk < n ? b + chunk : n;
+        fn(ctx, b, e);
+    }
+}
+#endif
 
 // Chunks of about 16K elements: small enough that a stalled thread's share is taken over, large enough that
 // claiming (one atomic) costs nothing.

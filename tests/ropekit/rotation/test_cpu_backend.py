@@ -280,20 +280,67 @@ def test_multithreaded_split_is_exact_and_never_oversubscribes() -> None:
         torch.set_num_threads(n)
 
 
-def test_pool_size_is_bounded_by_torch_threads() -> None:
-    """A fresh process with torch limited to 2 threads: after many large calls, at most one pool thread exists."""
-    code = (
-        "import os, torch; torch.set_num_threads(2)\n"
-        "from ropekit import RopeSpec, rope_tables, apply_rope_tables\n"
-        "spec = RopeSpec(128); q = torch.randn(1, 2048, 8, 128); c, s = rope_tables(torch.arange(2048), spec)\n"
-        "q.mul_(1.0)  # torch's own pool exists before counting\n"
-        "t0 = len(os.listdir('/proc/self/task'))\n"
-        "for _ in range(20): apply_rope_tables(q, None, c, s, spec, backend='cpu', inplace=True)\n"
-        "print(len(os.listdir('/proc/self/task')) - t0)\n"
-    )
-    if not os.path.isdir("/proc/self/task"):
-        pytest.skip("needs /proc to count threads")
+_THREADS_PROBE = (
+    "import json, os, torch; torch.set_num_threads(2)\n"
+    "from ropekit import RopeSpec, rope_tables, apply_rope_tables\n"
+    "from ropekit.kernels import cpu_build\n"
+    "spec = RopeSpec(128); q = torch.randn(1, 2048, 8, 128); c, s = rope_tables(torch.arange(2048), spec)\n"
+    "q.mul_(1.0)  # torch's own OpenMP team exists before counting\n"
+    "info = cpu_build.build_info()\n"
+    "t0 = len(os.listdir('/proc/self/task'))\n"
+    "ok = True\n"
+    "for _ in range(20):\n"
+    "    ref = apply_rope_tables(q, None, c, s, spec, backend='torch')[0]\n"
+    "    got = apply_rope_tables(q, None, c, s, spec, backend='cpu')[0]\n"
+    "    ok = ok and torch.equal(got, ref)\n"
+    "print(json.dumps({'threads': info.threads, 'new_tasks': len(os.listdir('/proc/self/task')) - t0, 'exact': ok,\n"
+    "                  'runtimes': sorted(cpu_build.openmp_runtimes())}))\n"
+)
+
+
+def _threads_probe(env: dict[str, str]) -> dict:
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True, env=os.environ
+        [sys.executable, "-c", _THREADS_PROBE],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+        env={**{k: v for k, v in os.environ.items() if k != "ROPEKIT_CPU_THREADS"}, **env},
     )
-    assert int(out.stdout.strip().splitlines()[-1]) <= 1
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs /proc to count threads")
+@pytest.mark.parametrize("mode", ["", "openmp", "pool"])
+def test_threads_share_torch_openmp_or_own_bounded_pool(mode: str) -> None:
+    """A fresh process with torch limited to 2 threads, 20 large calls (two threads' work each), bit for bit the
+    PyTorch backend's result. Where torch runs on GNU OpenMP (its Linux wheels), the default and "openmp" run the
+    kernel on torch's own team: no thread is started and exactly one OpenMP runtime is loaded (the kernel's
+    libgomp.so.1 resolved to torch's). "pool": the kernel's own pool, at most one thread beside the caller."""
+    res = _threads_probe({"ROPEKIT_CPU_THREADS": mode} if mode else {})
+    assert res["exact"]
+    shareable = torch.backends.openmp.is_available() and any("libgomp" in r for r in res["runtimes"])
+    if mode == "pool" or not shareable:
+        assert res["threads"] == "pool" and res["new_tasks"] <= 1
+    else:
+        assert res["threads"] == "openmp"
+        assert res["new_tasks"] == 0
+        assert len(res["runtimes"]) == 1
+
+
+def test_threads_setting_is_checked() -> None:
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import torch, ropekit\n"
+                "ropekit.apply_rope(torch.randn(1, 4, 2, 16), None, torch.arange(4), ropekit.RopeSpec(16))"
+            ),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "ROPEKIT_CPU_THREADS": "tbb"},
+        check=False,
+    )
+    assert r.returncode != 0 and "ROPEKIT_CPU_THREADS='tbb'" in r.stderr and "'openmp' or 'pool'" in r.stderr
