@@ -294,10 +294,16 @@ static void parallel_range(range_fn fn, const void *ctx, int64_t n, int64_t chun
 // which the dynamic loader resolves to the copy torch already loaded: cpu_build.py checks that before choosing this
 // build). torch's workers spin for a while after each torch op; a pool of our own would then share the cores with
 // them, where this team *is* them. Threads claim chunks with one atomic, as in the pool.
+// A forked child runs everything on the calling thread, as with the pool: GNU OpenMP hangs in a child's parallel
+// region once the parent has run one (torch's own ops do). The handler is registered when the library loads.
+static volatile int omp_forked_child = 0;
+static void omp_after_fork_child(void) { omp_forked_child = 1; }
+__attribute__((constructor)) static void omp_register_atfork(void) { pthread_atfork(NULL, NULL, omp_after_fork_child); }
+
 static void parallel_range(range_fn fn, const void *ctx, int64_t n, int64_t chunk, int nthreads) {
     chunk = chunk_for(n, chunk, nthreads);
     const int64_t nchunks = (n + chunk - 1) / chunk;
-    if (nthreads <= 1 || nchunks <= 1) { fn(ctx, 0, n); return; }
+    if (nthreads <= 1 || nchunks <= 1 || omp_forked_child) { fn(ctx, 0, n); return; }
     if (nthreads > nchunks) nthreads = (int)nchunks;
     _Atomic int64_t next = 0;
 #pragma omp parallel num_threads(nthreads)

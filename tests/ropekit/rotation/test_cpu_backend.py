@@ -344,3 +344,42 @@ def test_threads_setting_is_checked() -> None:
         check=False,
     )
     assert r.returncode != 0 and "ROPEKIT_CPU_THREADS='tbb'" in r.stderr and "'openmp' or 'pool'" in r.stderr
+
+
+_FORK_PROBE = """
+import os, sys, time, torch
+torch.set_num_threads(2)
+from ropekit import RopeSpec, rope_tables, apply_rope_tables
+spec = RopeSpec(128); q = torch.randn(1, 2048, 8, 128); c, s = rope_tables(torch.arange(2048), spec)
+ref = apply_rope_tables(q, None, c, s, spec, backend='cpu')[0]  # two threads' work: the parent ran a team
+q.mul_(1.0)
+pid = os.fork()
+if pid == 0:
+    out = apply_rope_tables(q, None, c, s, spec, backend='cpu')[0]
+    torch.set_num_threads(1)  # torch's own parallel ops would hang in this child (GNU OpenMP)
+    os._exit(0 if torch.equal(out, ref) else 3)
+t0 = time.time()
+while time.time() - t0 < 60:
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        print(os.waitstatus_to_exitcode(status)); sys.exit(0)
+    time.sleep(0.05)
+os.kill(pid, 9); os.waitpid(pid, 0); print('hang')
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.parametrize("mode", ["openmp", "pool"])
+def test_forked_child_rotates_on_its_calling_thread(mode: str) -> None:
+    """A child forked after the parent ran the kernel on two threads: the kernel's large call still completes in
+    the child (on the calling thread) with the parent's result. Without the OpenMP build's fork handler the child
+    hangs in the OpenMP region, as torch's own ops do there."""
+    out = subprocess.run(
+        [sys.executable, "-c", _FORK_PROBE],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=True,
+        env={**os.environ, "ROPEKIT_CPU_THREADS": mode},
+    )
+    assert out.stdout.strip().splitlines()[-1] == "0"
