@@ -96,12 +96,16 @@ typedef struct {
                 if (++s == S) { s = 0; ++b; }                                                                   \
             }                                                                                                   \
         }                                                                                                       \
+        /* v: a head's rows of one sequence are one block on both sides when rows are Dv apart (bhsd, HF's layout) */ \
+        const int vrun = p[10] == Dv && p[19] == Dv;                                                            \
         for (int64_t h = 0; h < Hk; ++h) {                                                                      \
             int64_t b = b0, s = s0;                                                                             \
-            for (int64_t t = begin; t < end; ++t) {                                                             \
+            for (int64_t t = begin; t < end;) {                                                                 \
+                const int64_t run = vrun ? (end - t < S - s ? end - t : S - s) : 1;                              \
                 memcpy((T *)a->cv + b * p[18] + (a->index[b] + s) * p[19] + h * p[20],                          \
-                       (const T *)a->v + b * p[9] + s * p[10] + h * p[11], (size_t)Dv * sizeof(T));             \
-                if (++s == S) { s = 0; ++b; }                                                                   \
+                       (const T *)a->v + b * p[9] + s * p[10] + h * p[11], (size_t)(run * Dv) * sizeof(T));     \
+                t += run; s += run;                                                                             \
+                if (s == S) { s = 0; ++b; }                                                                     \
             }                                                                                                   \
         }                                                                                                       \
         for (int64_t h0 = 0; a->q && h0 < Hq; h0 += STREAMS) {                                                  \
