@@ -63,9 +63,11 @@ def _gather_c(
     cache: Any, pos: torch.Tensor, spec: RopeSpec
 ) -> tuple[torch.Tensor, torch.Tensor] | None | Literal[False]:
     """The CPU gather in C (``ropekit_axis_gather``): bounds check and copy in one pass over the positions, ~20x
-    faster than the per-entry ``index_select`` (1.1-1.4 ms -> ~60 us for 2048 tokens x 64 bands, one thread).
+    faster than the per-entry ``index_select`` (1.1-1.4 ms -> ~60 us for 2048 tokens x 64 bands, one thread);
+    large calls split their tokens over the kernel's threads (:func:`ropekit.rotation.cpu_backend.threads_for`).
     (cos, sin) [N, n]; None for a position outside [0, limit); False when the C kernel is unavailable."""
     from ropekit.kernels import cpu_build
+    from ropekit.rotation.cpu_backend import threads_for
 
     lib = cpu_build.load()
     rows: torch.Tensor = cache.rows
@@ -75,6 +77,8 @@ def _gather_c(
     n, N = spec.n_bands, flat.shape[1]
     out = torch.empty(2, N, n, dtype=torch.float32)
     band_axis = slots(spec, pos.device)
+    # per token: A rows of 2n read, 2n written (the same unit of work as the rotation's threads_for)
+    threads = threads_for(N * n * 2 * (flat.shape[0] + 1))
     for _ in range(2):  # a second pass after growing the cache
         rows = cache.rows
         hi = int(
@@ -87,6 +91,7 @@ def _gather_c(
                 N,
                 band_axis.data_ptr(),
                 out.data_ptr(),
+                threads,
             )
         )
         if hi < 0 and flat.numel():

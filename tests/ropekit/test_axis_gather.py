@@ -97,3 +97,29 @@ def test_c_gather_is_used_on_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     pos = torch.randint(0, 60, (3, 7))
     got = ag.gather_bands(cache, pos, spec)
     assert got is not None and torch.equal(got[0], _oracle(cache, pos, spec)[0])
+
+
+@pytest.mark.parametrize("name", ["contiguous", "interleaved", "explicit 4 axes"])
+def test_c_gather_split_over_threads_is_exact(name: str) -> None:
+    """A gather large enough for two threads (9,003 tokens: chunks of 256 that do not divide it) reads every entry
+    at its axis's position: compared with advanced indexing of the cache rows, band by band."""
+    from ropekit.rotation.cpu_backend import threads_for
+
+    spec = _spec(MAPS[name])
+    assert spec.axes is not None
+    a, n = spec.axes.n_axes, spec.n_bands
+    cache = TableCache(at._one_axis(spec), torch.device("cpu"), 4096, 1 << 14)
+    pos = torch.randint(0, 4096, (a, 3, 3001), generator=torch.Generator().manual_seed(0))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert threads_for(3 * 3001 * n * 2 * (a + 1)) == 2
+        got = ag.gather_bands(cache, pos, spec)
+    finally:
+        torch.set_num_threads(threads)
+    assert got is not None
+    flat = pos.reshape(a, -1)
+    for j, axis in enumerate(spec.axes.slots):
+        rows = cache.rows[flat[axis], :, j]  # [N, 2]: (cos, sin) of band j at its axis's positions
+        assert torch.equal(got[0].reshape(-1, n)[:, j], rows[:, 0]), (name, j)
+        assert torch.equal(got[1].reshape(-1, n)[:, j], rows[:, 1]), (name, j)

@@ -42,7 +42,7 @@ __all__ = [
 
 SOURCE = Path(__file__).with_name("rope_cpu.c")
 HEADERS = (Path(__file__).with_name("rope_cache_write.h"),)  # included by SOURCE
-ABI_VERSION = 6
+ABI_VERSION = 7
 _FLAGS = ["-O3", "-pthread", "-shared", "-fPIC", "-std=c11", "-Wno-aggressive-loop-optimizations"]
 #: "openmp" (torch's OpenMP runtime; a warning and the pool where it cannot be shared) or "pool"; unset: "openmp"
 #: where it can be shared, else "pool"
@@ -182,7 +182,7 @@ def _setup(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.ropekit_check_slots.restype = ctypes.c_int
     lib.ropekit_check_offsets.argtypes = [P, I, I, I, P]
     lib.ropekit_check_offsets.restype = ctypes.c_int
-    lib.ropekit_axis_gather.argtypes = [P, I, I, P, I, I, P, P]
+    lib.ropekit_axis_gather.argtypes = [P, I, I, P, I, I, P, P, ctypes.c_int]
     lib.ropekit_axis_gather.restype = ctypes.c_int64
     if lib.ropekit_abi_version() != ABI_VERSION:
         raise RuntimeError("stale kernel library (ABI mismatch)")

@@ -575,28 +575,43 @@ ROPE_PLAN_GATHER(ropekit_plan_gather_f16, f16, ropekit_rope_f16)
 // out: [2, N, n].
 // Returns -1 (nothing written) if a position is negative, the largest position if one is >= L (nothing
 // written: the caller grows the cache and calls again), else the largest position (< L) after writing.
+typedef struct {
+    const f32 *rows;
+    const int64_t *pos, *slots;
+    f32 *out;
+    int64_t n, A, N;
+} gather_args;
+
+// Tokens [begin, end): the row of axis 0, then each further axis blended in where a band reads it (vectorizes: no
+// per-element index arithmetic; the A rows of a token are read from cache, L1/L2).
+static void gather_range(const void *vctx, int64_t begin, int64_t end) {
+    const gather_args *g = (const gather_args *)vctx;
+    const int64_t n = g->n, A = g->A, N = g->N;
+    for (int k = 0; k < 2; ++k) {  // cos rows, then sin rows
+        const f32 *tab = g->rows + k * n;  // row p of this table at tab + p * 2n
+        f32 *o = g->out + k * N * n + begin * n;
+        for (int64_t t = begin; t < end; ++t, o += n) {
+            memcpy(o, tab + g->pos[t] * 2 * n, (size_t)n * sizeof(f32));
+            for (int64_t a = 1; a < A; ++a) {
+                const f32 *R src = tab + g->pos[a * N + t] * 2 * n;
+                const int64_t *R sl = g->slots;
+                for (int64_t j = 0; j < n; ++j) o[j] = sl[j] == a ? src[j] : o[j];
+            }
+        }
+    }
+}
+
 int64_t ropekit_axis_gather(const f32 *R rows, int64_t L, int64_t n, const int64_t *R pos, int64_t A, int64_t N,
-                            const int64_t *R slots, f32 *R out) {
+                            const int64_t *R slots, f32 *R out, int nthreads) {
     int64_t hi = -1;
     for (int64_t i = 0; i < A * N; ++i) {
         if (pos[i] < 0) return -1;
         if (pos[i] > hi) hi = pos[i];
     }
     if (hi >= L) return hi;
-    for (int k = 0; k < 2; ++k) {  // cos rows, then sin rows
-        const f32 *tab = rows + k * n;  // row p of this table at tab + p * 2n
-        f32 *o = out + k * N * n;
-        for (int64_t t = 0; t < N; ++t, o += n) {
-            // Row of axis 0, then each further axis blended in where a band reads it (vectorizes: no
-            // per-element index arithmetic; the A rows of a token are read from cache, L1/L2).
-            memcpy(o, tab + pos[t] * 2 * n, (size_t)n * sizeof(f32));
-            for (int64_t a = 1; a < A; ++a) {
-                const f32 *R src = tab + pos[a * N + t] * 2 * n;
-                for (int64_t j = 0; j < n; ++j) o[j] = slots[j] == a ? src[j] : o[j];
-            }
-        }
-    }
+    const gather_args g = {rows, pos, slots, out, n, A, N};
+    parallel_range(gather_range, &g, N, 256, nthreads);  // chunks of 256 tokens (128 KB of rows at n = 64)
     return hi;
 }
 
-int ropekit_abi_version(void) { return 6; }
+int ropekit_abi_version(void) { return 7; }

@@ -3,8 +3,9 @@
 
 Threads: :func:`threads_for` picks one thread per ``GRAIN`` elements of work, never more than
 ``torch.get_num_threads()`` (so ``torch.set_num_threads`` governs ropekit too) and one thread for small work
-(decoding). Threads claim chunks of rows and the caller never waits for a thread that has not started, so a thread
-descheduled by another process on a busy machine costs at most its current chunk (``docs/kernels.md``).
+(decoding). Threads claim chunks of rows; they are torch's own OpenMP threads where torch runs on GNU OpenMP, else
+the kernel's own pool, whose caller never waits for a thread that has not started (``ropekit.kernels.cpu_build``,
+``docs/kernels.md`` "Threads").
 
 Each element of q and k is read and written once; in place, the pass-through channels of partial rotary are not
 touched; out of place they are copied in the same pass. Any strides on the leading dims are accepted as they are
