@@ -121,3 +121,25 @@ def test_apply_rope_axes_reuses_the_tables_of_the_same_positions_tensor(
     assert len(gathers) == 4
     with pytest.raises(ValueError, match="format"):
         apply_rope_axes(torch.randn(2, 7, 4, 16), None, pos, other_spec, format="nope")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.float64])
+def test_equal_axes_row_compares_every_entry(dtype: torch.dtype) -> None:
+    """equal_axes_row against Python's own comparison of the nested lists: equal axes give row 0 (also for a
+    non-contiguous view), one differing entry anywhere (first, middle, last) gives None."""
+    import sys
+
+    at = sys.modules["ropekit.axis_tables"]
+    spec = qwen2_vl_spec()
+    base = (torch.arange(24, dtype=torch.int64).reshape(1, 4, 6) * 7 + 3).to(dtype)
+    pos = base.expand(3, 4, 6).clone()
+    row = at.equal_axes_row(pos, spec)
+    assert row is not None and row.tolist() == pos[0].tolist()
+    view = pos.transpose(1, 2)  # non-contiguous [3, 6, 4]
+    assert at.equal_axes_row(view, spec) is not None
+    for a, b, s in ((1, 0, 0), (2, 1, 3), (2, 3, 5), (1, 3, 5)):
+        bad = pos.clone()
+        bad[a, b, s] += 1
+        lists = bad.tolist()
+        assert (lists[1] == lists[0] and lists[2] == lists[0]) is False
+        assert at.equal_axes_row(bad, spec) is None, (a, b, s)
