@@ -383,3 +383,29 @@ def test_forked_child_rotates_on_its_calling_thread(mode: str) -> None:
         env={**os.environ, "ROPEKIT_CPU_THREADS": mode},
     )
     assert out.stdout.strip().splitlines()[-1] == "0"
+
+
+def test_concurrent_python_threads_each_get_their_own_exact_result() -> None:
+    """Four Python threads rotating large tensors at once (each call split over the kernel's threads: OpenMP teams
+    of their own, or the pool's jobs one after another): every result is the PyTorch backend's, bit for bit."""
+    import threading
+
+    spec = RopeSpec(128)
+    results: list[bool] = []
+
+    def work(seed: int) -> None:
+        g = torch.Generator().manual_seed(seed)
+        q = torch.randn(1, 2048, 8, 128, generator=g)
+        pos = torch.randint(0, 100_000, (2048,), generator=g)
+        cos, sin = rope_tables(pos, spec)
+        ref = apply_rope_tables(q, None, cos, sin, spec, backend="torch")[0]
+        for _ in range(5):
+            got = apply_rope_tables(q, None, cos, sin, spec, backend="cpu")[0]
+            results.append(torch.equal(got, ref) and torch.equal(apply_rope(q, None, pos, spec)[0], ref))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 20 and all(results)
