@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: MIT
 """Build, cache and load ropekit's fused CPU kernel (``rope_cpu.c``).
 
-The kernel is plain C with no torch headers, so it compiles in seconds with the system C compiler (``$CC``, else ``cc``/``gcc``/``clang``) and is loaded with ctypes (a torch C++ extension
-was measured against it and not kept: ``docs/kernels.md``). The shared library is cached in
+The kernel is plain C with no torch headers, so it compiles in seconds with the system C compiler (``$CC``, else
+``cc``/``gcc``/``clang``) and is loaded with ctypes (a torch C++ extension was measured against it and not kept:
+``docs/kernels.md``). The shared library is cached in
 ``$ROPEKIT_CACHE_DIR`` (default ``~/.cache/ropekit``) under a key made of the source, the compiler, the flags and
 the CPU model, and installed atomically, so concurrent processes share one build. Without a compiler, or with
 ``ROPEKIT_DISABLE_CPU_KERNEL=1``, :func:`load` returns None and ropekit uses its pure-PyTorch backend, saying so
@@ -215,10 +216,11 @@ def _obtain(cc: str, flags: list[str]) -> tuple[ctypes.CDLL, str, bool, float]:
 
 
 def _threads_wanted() -> str:
-    mode = os.environ.get(THREADS_ENV, "").strip().lower()
+    raw = os.environ.get(THREADS_ENV, "")
+    mode = raw.strip().lower()
     if mode not in ("", "openmp", "pool"):
         raise ValueError(
-            f"{THREADS_ENV}={mode!r}: expected 'openmp' or 'pool' (or unset: openmp where possible)"
+            f"{THREADS_ENV}={raw!r}: expected 'openmp' or 'pool' (or unset: openmp where possible)"
         )
     return mode
 
