@@ -22,9 +22,11 @@ import torch
 
 from ropekit.axis_gather import gather_bands as _gather_bands
 from ropekit.phases import check_positions, rope_tables
+from ropekit.rotation import axis_plan
 from ropekit.rotation.apply import (
     FORMATS,
     Format,
+    _broadcast_table,
     _check_positions_shape,
     apply_rope,
     apply_rope_tables,
@@ -146,6 +148,16 @@ def apply_rope_axes(
     need64 = (isinstance(q, torch.Tensor) and q.dtype == torch.float64) or (
         isinstance(k, torch.Tensor) and k.dtype == torch.float64
     )
+    if (
+        not need64
+        and isinstance(spec, RopeSpec)
+        and spec.axes is not None
+        and isinstance(positions, torch.Tensor)
+    ):
+        # a geometry validated before (CPU): one C call reads or blends every token's rows from the cache
+        planned = axis_plan.run_planned(q, k, positions, spec, format, inplace, backend)
+        if planned is not None:
+            return planned
     memo = _last_call(positions, spec, q, need64)
     if memo is not None:  # the same unchanged positions tensor as the last call: its tables and validated row
         if format not in FORMATS:
@@ -155,11 +167,30 @@ def apply_rope_axes(
         cos, sin = memo[5], memo[6]
     else:
         cos, sin = _tables_for_call(q, positions, spec, format, need64)
+        if not need64:  # validated: the next call with this geometry takes the planned path
+            axis_plan.remember(
+                q,
+                k,
+                positions,
+                _token_row(positions, format),
+                spec,
+                _one_axis(spec),
+                format,
+                inplace,
+                backend,
+                _broadcast_table,
+            )
     if cos is None:
         # every axis at the same position (text tokens, every decoding step): exactly plain RoPE at ``sin`` (the
         # positions row), through apply_rope's own 1-D path (its cached rows read in the kernel, its decode plans)
         return apply_rope(q, k, sin, _one_axis(spec), format=format, inplace=inplace, backend=backend)
     return apply_rope_tables(q, k, cos, sin, spec, format=format, inplace=inplace, backend=backend)
+
+
+def _token_row(positions: torch.Tensor, fmt: str) -> torch.Tensor:
+    """Axis 0 of validated positions in the token shape the rotation reads ([A, 1, s] read as [A, s])."""
+    pos = positions[:, 0] if fmt != "thd" and positions.dim() == 3 and positions.shape[1] == 1 else positions
+    return pos[0]
 
 
 def _check_q_dim(q: object, fmt: str) -> None:

@@ -16,6 +16,12 @@ Each is timed through what users call, next to the 1-D spec of the same head dim
 - ``Rotary``: the :class:`ropekit.Rotary` module with positions ([b, s] vs [A, b, s]; its cached tables);
 - ``apply``: :func:`ropekit.apply_rope` with positions vs :func:`ropekit.apply_rope_axes` (tables built per call).
 
+Every entry point rotates q and k in place (``inplace=True``), as the matrix mode does, and the floor is the faster
+of copying q and k into preallocated tensors and ``mul_(1.0)`` on them. Out of place every call would also get
+fresh output memory, whose cost depends on the allocator's state, not on RoPE: glibc's heap trimming made such a
+call's time bimodal between runs of the same command (~113k vs ~243k page faults per run; multi-axis `apply` 1.1x
+or 4-5x the 1-D one), which said nothing about the rotation.
+
 Rows carry ``ratio_to_1d`` (multi-axis median / the same entry point's 1-D median, same rounds) besides the
 ``ratio_to_floor`` of every mode. Shapes, format "bhsd": prefill 1 x 16 q heads x 4 kv heads x 2048 tokens (512 with
 --quick) with a square image grid in its middle (t fixed, h and w the grid), decode 32 sequences x 1 generated text
@@ -43,6 +49,8 @@ __all__ = ["ENTRY_POINTS", "KINDS", "QUICK_SIZES", "SIZES", "run_axes", "summary
 KINDS = ("qwen2-vl", "qwen3-vl", "2-d vision")
 ENTRY_POINTS = ("tables", "Rotary", "apply")
 _DT = {torch.float32: "fp32", torch.bfloat16: "bf16"}
+#: the floor of a case is the faster of these (as in the matrix mode): every entry point runs in place
+FLOORS = ("floor: copy_ q, k", "floor: mul_(1.0) q, k")
 #: shapes of the full and the --quick run (prefill tokens, decode sequences, vision grid side, q heads)
 SIZES = {"prefill": 2048, "decode_batch": 32, "grid": 32, "heads": 16}
 QUICK_SIZES = {"prefill": 512, "decode_batch": 32, "grid": 16, "heads": 16}
@@ -71,7 +79,10 @@ def _impls(
 ) -> dict[str, Callable[[], Any]]:
     """floor, then for the 1-D spec and each multi-axis spec (name -> spec, "1-d" first) every entry point."""
     qo, ko = torch.empty_like(q), torch.empty_like(k)
-    impls: dict[str, Callable[[], Any]] = {"floor: copy_ q, k": lambda: (qo.copy_(q), ko.copy_(k))}
+    impls: dict[str, Callable[[], Any]] = {
+        "floor: copy_ q, k": lambda: (qo.copy_(q), ko.copy_(k)),
+        "floor: mul_(1.0) q, k": lambda: (q.mul_(1.0), k.mul_(1.0)),
+    }
     for name, spec in specs.items():
         pos = pos1 if spec.axes is None else posn
         cos, sin = rope_tables(pos, spec) if spec.axes is None else axis_tables(pos, spec)
@@ -93,9 +104,9 @@ def _entry_points(
     apply: Callable[..., Any],
 ) -> dict[str, Callable[[], Any]]:
     return {
-        f"{name} tables": lambda: apply_rope_tables(q, k, cos, sin, spec, format="bhsd"),
-        f"{name} Rotary": lambda: rot(q, k, positions=pos),
-        f"{name} apply": lambda: apply(q, k, pos, spec, format="bhsd"),
+        f"{name} tables": lambda: apply_rope_tables(q, k, cos, sin, spec, format="bhsd", inplace=True),
+        f"{name} Rotary": lambda: rot(q, k, positions=pos, inplace=True),
+        f"{name} apply": lambda: apply(q, k, pos, spec, format="bhsd", inplace=True),
     }
 
 
@@ -154,7 +165,7 @@ def run_axes(
                 progress(f"axes: {case}")
             inner = 50 if kind == "decode" else 3
             samples = measure(impls, inner=inner, rounds=rounds)
-            out += _with_ratio_to_1d(rows(case, "axes", samples, ["floor: copy_ q, k"]))
+            out += _with_ratio_to_1d(rows(case, "axes", samples, list(FLOORS)))
     return out
 
 

@@ -43,7 +43,7 @@ __all__ = [
 
 SOURCE = Path(__file__).with_name("rope_cpu.c")
 HEADERS = (Path(__file__).with_name("rope_cache_write.h"),)  # included by SOURCE
-ABI_VERSION = 7
+ABI_VERSION = 8
 _FLAGS = ["-O3", "-pthread", "-shared", "-fPIC", "-std=c11", "-Wno-aggressive-loop-optimizations"]
 #: "openmp" (torch's OpenMP runtime; a warning and the pool where it cannot be shared) or "pool"; unset: "openmp"
 #: where it can be shared, else "pool"
@@ -174,6 +174,10 @@ def _setup(lib: ctypes.CDLL) -> ctypes.CDLL:
     for name in ("ropekit_plan_gather_f32", "ropekit_plan_gather_bf16", "ropekit_plan_gather_f16"):
         fn = getattr(lib, name)
         fn.argtypes = [P, P, P, P, P, I, P, I, P]
+        fn.restype = ctypes.c_int64
+    for name in ("ropekit_plan_axes_f32", "ropekit_plan_axes_bf16", "ropekit_plan_axes_f16"):
+        fn = getattr(lib, name)
+        fn.argtypes = [P, P, P, P, P, I, P, I, I, P, P, P]
         fn.restype = ctypes.c_int64
     for name in ("ropekit_cache_write_f32", "ropekit_cache_write_bf16", "ropekit_cache_write_f16"):
         fn = getattr(lib, name)

@@ -331,7 +331,51 @@ typedef struct {
     const int64_t *pidx;  // NULL, or positions: the row's table offset is pidx[i0 ts0 + i1 ts1 + i2 ts2] * prow
     int64_t prow;
     int64_t group;  // 0: the range is rows; G > 0: the range is units of up to G rows sharing a table row (below)
+    const struct axis_map_c *ax;  // NULL (1-D), or the multi-axis positions of a gathering call (below)
 } rope_args;
+
+// Multi-axis RoPE read straight from the exact 1-D cache (M-RoPE, Wang et al. 2024, "Qwen2-VL"; axial 2-D RoPE):
+// the positions are [A, N] (axis a of flat token t at pidx[a N + t]) and band j of a token turns at the position of
+// axis slots[j]. A token whose axes all hold one position (text) reads that cache row like the 1-D path; any other
+// token's packed row (cos then sin, 2n floats) is blended from its axes' rows once per call, before the rotation,
+// into row t of a scratch [N, 2n] (axis_blend_range), which the rotation then reads (table_row).
+#define GATHER_MAX_AXES 8
+#define GATHER_MAX_N 256
+typedef struct axis_map_c {
+    int64_t A, N;
+    const int32_t *sl2;  // [2n]: the axis each float of a packed row reads (the band map, for cos and for sin)
+    f32 *scratch;        // [N, 2n]: the blended rows (only the rows of tokens whose axes differ are written)
+} axis_map_c;
+
+// Whether flat token tj has an axis at another position than axis 0.
+static inline int axis_mixed(const int64_t *R pidx, const axis_map_c *m, int64_t tj) {
+    int mixed = 0;
+    for (int64_t x = 1; x < m->A; ++x) mixed |= pidx[x * m->N + tj] != pidx[tj];
+    return mixed;
+}
+
+// o[j] = src[sl[j]][j] for j < w: one pass with A - 1 compare-and-select steps per float (vectorizes: 32-bit
+// compares on the int32 map, masked moves; the common axis counts unrolled).
+static inline void blend_row(f32 *R o, const f32 *const *src, const int32_t *R sl, int64_t w, int64_t A) {
+    if (A == 2) {
+        for (int64_t j = 0; j < w; ++j) o[j] = sl[j] == 1 ? src[1][j] : src[0][j];
+    } else if (A == 3) {
+        for (int64_t j = 0; j < w; ++j) o[j] = sl[j] == 2 ? src[2][j] : (sl[j] == 1 ? src[1][j] : src[0][j]);
+    } else {
+        for (int64_t j = 0; j < w; ++j) {
+            f32 v = src[0][j];
+            for (int32_t x = 1; x < (int32_t)A; ++x) v = sl[j] == x ? src[x][j] : v;
+            o[j] = v;
+        }
+    }
+}
+
+// The packed table row of flat token tj in a gathering call: its cache row, or its blended row.
+static inline const f32 *table_row(const rope_args *a, int64_t tj) {
+    const axis_map_c *m = a->ax;
+    if (m && axis_mixed(a->pidx, m, tj)) return m->scratch + tj * a->prow;
+    return a->cosp + a->pidx[tj] * a->prow;
+}
 
 // The row index is split into (i0, i1, i2) once per chunk and then stepped (no divisions per row: two 64-bit
 // divisions per row cost about a third of the time when the data is in cache).
@@ -361,8 +405,8 @@ typedef struct {
         int64_t i2 = begin % d2, g = (begin / d2) % ng, i0 = (begin / d2) / ng;                                \
         for (int64_t u = begin; u < end; ++u) {                                                                \
             const int64_t tj = i0 * ts0 + i2 * ts2;                                                            \
-            const int64_t tb = TBEXPR;                                                                         \
-            const f32 *c = cosp + tb, *s = sinp + tb;                                                          \
+            const f32 *c, *s;                                                                                  \
+            TBEXPR(c, s, tj);                                                                                  \
             const int64_t h_end = (g + 1) * group < d1 ? (g + 1) * group : d1;                                 \
             (void)c; (void)s;                                                                                  \
             for (int64_t i1 = g * group; i1 < h_end; ++i1) ROW(T, BODY)                                        \
@@ -378,9 +422,9 @@ typedef struct {
 #define LOOPS(T, BODY, TB) if (begin < end) { /* an empty range may come with a zero dim: divide only if rows */ \
         TB(T, BODY)                                                                                            \
     }
-#define GLOOPS(T, BODY, TB) if (begin < end) GROUPED(T, BODY, TB##_OFFSET)
-#define LOOPS_PLAIN_OFFSET tj
-#define LOOPS_GATHER_OFFSET (pidx[tj] * prow)
+#define GLOOPS(T, BODY, TB) if (begin < end) GROUPED(T, BODY, TB##_ROWS)
+#define LOOPS_PLAIN_ROWS(C, S, TJ) (C) = cosp + (TJ), (S) = sinp + (TJ)
+#define LOOPS_GATHER_ROWS(C, S, TJ) (C) = table_row(a, (TJ)), (S) = (C) + hn
 #define LOOPS_PLAIN(T, BODY)                                                                                   \
     {                                                                                                          \
         int64_t i2 = begin % d2, i1 = (begin / d2) % d1, i0 = (begin / d2) / d1;                               \
@@ -403,17 +447,17 @@ typedef struct {
 #define LOOPS_GATHER(T, BODY)                                                                                  \
     {                                                                                                          \
         int64_t i2 = begin % d2, i1 = (begin / d2) % d1, i0 = (begin / d2) / d1;                               \
-        int64_t tb = pidx[i0 * ts0 + i1 * ts1 + i2 * ts2] * prow;                                              \
+        const f32 *cb = table_row(a, i0 * ts0 + i1 * ts1 + i2 * ts2);                                          \
         for (int64_t idx = begin; idx < end; ++idx) {                                                          \
             const T *xr = x + i0 * xs0 + i1 * xs1 + i2 * xs2;                                                  \
             T *orow = out + i0 * os0 + i1 * os1 + i2 * os2;                                                    \
-            const f32 *c = cosp + tb, *s = sinp + tb;                                                          \
+            const f32 *c = cb, *s = cb + hn;                                                                   \
             (void)xr; (void)c; (void)s;                                                                        \
             if (++i2 == d2) {                                                                                  \
                 i2 = 0;                                                                                        \
                 if (++i1 == d1) { i1 = 0; ++i0; }                                                              \
             }                                                                                                  \
-            if (idx + 1 < end) tb = pidx[i0 * ts0 + i1 * ts1 + i2 * ts2] * prow;                               \
+            if (idx + 1 < end) cb = table_row(a, i0 * ts0 + i1 * ts1 + i2 * ts2);                              \
             BODY;                                                                                              \
             if (!inplace && D > r) memcpy(orow + r, xr + r, (size_t)(D - r) * sizeof(T));                      \
         }                                                                                                      \
@@ -445,8 +489,8 @@ static void FN(const void *vctx, int64_t begin, int64_t end) {                  
     const int64_t os0 = a->os0, os1 = a->os1, os2 = a->os2, ts0 = a->ts0, ts1 = a->ts1, ts2 = a->ts2;          \
     const int64_t r = a->r, n = r / 2;                                                                         \
     const f32 *cosp = a->cosp, *sinp = a->sinp;                                                                \
-    const int64_t *pidx = a->pidx, prow = a->prow, group = a->group;                                           \
-    (void)pidx; (void)prow;                                                                                    \
+    const int64_t group = a->group, hn = a->prow / 2;                                                          \
+    (void)hn; (void)cosp; (void)sinp; /* the gathering loops read the rows through table_row */                 \
     const int inplace = ((const void *)out == (const void *)x);                                                \
     if (a->interleaved) {                                                                                      \
         if (a->sign > 0) { CASES_N(T, INTER_##T, 1.0f, TB) } else { CASES_N(T, INTER_##T, -1.0f, TB) }         \
@@ -463,7 +507,8 @@ ROPE_RANGE(NAME##_grange, T, HALF_INPLACE, HALF_COPY, LOOPS_GATHER)             
 static void NAME##_ex(T *out, const T *x, int64_t d0, int64_t d1, int64_t d2, int64_t D,                      \
           int64_t xs0, int64_t xs1, int64_t xs2, int64_t os0, int64_t os1, int64_t os2,                         \
           const f32 *cosp, const f32 *sinp, int64_t ts0, int64_t ts1, int64_t ts2,                               \
-          int64_t r, int interleaved, int sign, int nthreads, const int64_t *pidx, int64_t prow) {              \
+          int64_t r, int interleaved, int sign, int nthreads, const int64_t *pidx, int64_t prow,                \
+          const axis_map_c *ax) {                                                                               \
     /* Heads in dim 2 with the table broadcast over them (bshd): make them dim 1, so that they run as head     \
        groups sharing one table row (below). One token (d1 == 1): swap dims 1 and 2. Several: merge dims 0 and 1 \
        into one token dim when their strides allow it (dense batch and sequence), the heads then dim 1. */     \
@@ -480,7 +525,7 @@ static void NAME##_ex(T *out, const T *x, int64_t d0, int64_t d1, int64_t d2, in
     const int64_t units = group ? d0 * ((d1 + group - 1) / group) * d2 : d0 * d1 * d2;                         \
     const int64_t chunk = group ? (rows_per_chunk(D) + group - 1) / group : rows_per_chunk(D);                 \
     const rope_args a = {out, x, d1, d2, D, xs0, xs1, xs2, os0, os1, os2, ts0, ts1, ts2, r, cosp, sinp,         \
-                         interleaved, sign, pidx, prow, group};                                                \
+                         interleaved, sign, pidx, prow, group, ax};                                            \
     parallel_range(pidx ? NAME##_grange : NAME##_range, &a, units, chunk, nthreads);                           \
 }                                                                                                              \
 void NAME(T *out, const T *x, int64_t d0, int64_t d1, int64_t d2, int64_t D,                                    \
@@ -488,7 +533,7 @@ void NAME(T *out, const T *x, int64_t d0, int64_t d1, int64_t d2, int64_t D,    
           const f32 *cosp, const f32 *sinp, int64_t ts0, int64_t ts1, int64_t ts2,                               \
           int64_t r, int interleaved, int sign, int nthreads) {                                                 \
     NAME##_ex(out, x, d0, d1, d2, D, xs0, xs1, xs2, os0, os1, os2, cosp, sinp, ts0, ts1, ts2, r, interleaved,    \
-              sign, nthreads, NULL, 0);                                                                        \
+              sign, nthreads, NULL, 0, NULL);                                                                  \
 }
 
 #define INTER_f32(N, SG) inter_row_f32(orow, inplace ? orow : xr, c, s, N, SG)
@@ -519,6 +564,33 @@ ROPE_KERNEL(ropekit_rope_f32, f32, F32_IN, F32_CP)
 ROPE_KERNEL(ropekit_rope_bf16, bf16, BF16_IN, BF16_CP)
 ROPE_KERNEL(ropekit_rope_f16, f16, F16_IN, F16_CP)
 
+// The multi-axis pre-pass: row t of the scratch for every token t whose axes differ, band j of its packed row (cos
+// then sin) read from the cache row of axis sl2[j] (one pass over 2n floats, A - 1 compare-and-select steps each:
+// vectorizes on the int32 map). The rows of the A axes of a token are L1/L2-resident in practice.
+typedef struct {
+    const f32 *rows;
+    const int64_t *pos;
+    const axis_map_c *m;
+    int64_t w;  // 2n
+} blend_args;
+
+static void axis_blend_range(const void *vctx, int64_t begin, int64_t end) {
+    const blend_args *g = (const blend_args *)vctx;
+    const axis_map_c *m = g->m;
+    const int64_t w = g->w, A = m->A, N = m->N;
+    const f32 *src[GATHER_MAX_AXES];
+    for (int64_t t = begin; t < end; ++t) {
+        if (!axis_mixed(g->pos, m, t)) continue;
+        for (int64_t x = 0; x < A; ++x) src[x] = g->rows + g->pos[x * N + t] * w;
+        blend_row(m->scratch + t * w, src, m->sl2, w, A);
+    }
+}
+
+static void axis_blend(const f32 *rows, const int64_t *pos, const axis_map_c *m, int64_t w, int nthreads) {
+    const blend_args g = {rows, pos, m, w};
+    parallel_range(axis_blend_range, &g, m->N, 256, nthreads);  // chunks of 256 tokens
+}
+
 // One call for q and k with a prepared plan (the low-latency decode path): plan = [count, D, r, interleaved,
 // sign, nthreads, then per tensor: d0, d1, d2, xs0, xs1, xs2, os0, os1, os2, ts0, ts1, ts2].
 #define ROPE_PLAN(NAME, T, KERNEL)                                                                              \
@@ -545,12 +617,19 @@ ROPE_PLAN(ropekit_plan_f16, f16, ropekit_rope_f16)
 #define ROPE_PLAN_GATHER(NAME, T, KERNEL)                                                                       \
 int64_t NAME(T *q_out, const T *q, T *k_out, const T *k, const f32 *rows, int64_t L, const int64_t *pos,        \
              int64_t N, const int64_t *p) {                                                                    \
+    const axis_map_c *AX = NULL;                                                                               \
+    PLAN_GATHER_BODY(T, KERNEL, N, (void)0)                                                                    \
+}
+
+// The body shared by the 1-D and the multi-axis gathering plans: bounds of the npos positions, then the call.
+#define PLAN_GATHER_BODY(T, KERNEL, NPOS, BEFORE)                                                               \
     int64_t hi = -1;                                                                                           \
-    for (int64_t i = 0; i < N; ++i) {                                                                          \
+    for (int64_t i = 0; i < (NPOS); ++i) {                                                                     \
         if (pos[i] < 0) return -1;                                                                             \
         if (pos[i] > hi) hi = pos[i];                                                                          \
     }                                                                                                          \
     if (hi >= L) return hi;                                                                                    \
+    BEFORE;                                                                                                    \
     const int64_t n = p[2] / 2, prow = 2 * n;                                                                  \
     T *outs[2] = {q_out, k_out};                                                                               \
     const T *ins[2] = {q, k};                                                                                  \
@@ -558,10 +637,38 @@ int64_t NAME(T *q_out, const T *q, T *k_out, const T *k, const f32 *rows, int64_
         const int64_t *t = p + 6 + 12 * j;                                                                     \
         KERNEL##_ex(outs[j], ins[j], t[0], t[1], t[2], p[1], t[3], t[4], t[5], t[6], t[7], t[8], rows,          \
                     rows + n, t[9] / prow, t[10] / prow, t[11] / prow, p[2], (int)p[3], (int)p[4], (int)p[5],  \
-                    pos, prow);                                                                                \
+                    pos, prow, AX);                                                                            \
     }                                                                                                          \
-    return 0;                                                                                                  \
+    return 0;
+
+// The multi-axis plan (table_row): positions [A, N] int64 contiguous, slots [n] int64 (the axis of each band),
+// scratch [N, 2n] float32 or NULL when N * 2n <= AXIS_STACK_FLOATS (then a buffer on this thread's stack).
+#define AXIS_STACK_FLOATS 8192
+// Returns -2 (nothing written) if A or n is past the kernel's limits or a slot is not an axis, else as the 1-D
+// gathering plan (-1 for a negative position, the largest if one is >= L, 0 after rotating).
+#define ROPE_PLAN_AXES(NAME, T, KERNEL)                                                                         \
+int64_t NAME(T *q_out, const T *q, T *k_out, const T *k, const f32 *rows, int64_t L, const int64_t *pos,        \
+             int64_t A, int64_t N, const int64_t *slots, f32 *scratch, const int64_t *p) {                     \
+    const int64_t nb = p[2] / 2;                                                                               \
+    if (A < 1 || A > GATHER_MAX_AXES || nb > GATHER_MAX_N) return -2;                                          \
+    int32_t sl2[2 * GATHER_MAX_N];                                                                             \
+    for (int64_t j = 0; j < nb; ++j) {                                                                         \
+        if (slots[j] < 0 || slots[j] >= A) return -2;                                                          \
+        sl2[j] = sl2[nb + j] = (int32_t)slots[j];                                                              \
+    }                                                                                                          \
+    f32 small[AXIS_STACK_FLOATS]; /* decoding: the scratch of a few tokens on the stack */                       \
+    if (!scratch) {                                                                                            \
+        if (N * 2 * nb > AXIS_STACK_FLOATS) return -2;                                                         \
+        scratch = small;                                                                                       \
+    }                                                                                                          \
+    const axis_map_c m = {A, N, sl2, scratch};                                                                 \
+    const axis_map_c *AX = &m;                                                                                 \
+    PLAN_GATHER_BODY(T, KERNEL, A * N, axis_blend(rows, pos, &m, 2 * nb, (int)p[5]))                          \
 }
+
+ROPE_PLAN_AXES(ropekit_plan_axes_f32, f32, ropekit_rope_f32)
+ROPE_PLAN_AXES(ropekit_plan_axes_bf16, bf16, ropekit_rope_bf16)
+ROPE_PLAN_AXES(ropekit_plan_axes_f16, f16, ropekit_rope_f16)
 
 ROPE_PLAN_GATHER(ropekit_plan_gather_f32, f32, ropekit_rope_f32)
 ROPE_PLAN_GATHER(ropekit_plan_gather_bf16, bf16, ropekit_rope_bf16)
@@ -573,30 +680,36 @@ ROPE_PLAN_GATHER(ropekit_plan_gather_f16, f16, ropekit_rope_f16)
 // position of its own axis, out[k][t][j] = rows[pos[slots[j]][t]][k][j] for k = 0 (cos), 1 (sin).
 // rows: [L, 2, n] float32 contiguous (the packed cache); pos: [A, N] int64 contiguous; slots: [n] axis per band;
 // out: [2, N, n].
-// Returns -1 (nothing written) if a position is negative, the largest position if one is >= L (nothing
-// written: the caller grows the cache and calls again), else the largest position (< L) after writing.
+// Returns -1 (nothing written) if a position is negative or A is past GATHER_MAX_AXES (the caller then computes
+// the tables exactly), the largest position if one is >= L (nothing written: the caller grows the cache and calls
+// again), else the largest position (< L) after writing.
 typedef struct {
     const f32 *rows;
-    const int64_t *pos, *slots;
+    const int64_t *pos;
+    const int32_t *slots;  // int32 copy of the band -> axis map: the blend's compare is as wide as the floats
     f32 *out;
     int64_t n, A, N;
 } gather_args;
 
-// Tokens [begin, end): the row of axis 0, then each further axis blended in where a band reads it (vectorizes: no
-// per-element index arithmetic; the A rows of a token are read from cache, L1/L2).
+// Tokens [begin, end). A token whose axes all hold the same position (a text token) copies that one row.
 static void gather_range(const void *vctx, int64_t begin, int64_t end) {
     const gather_args *g = (const gather_args *)vctx;
     const int64_t n = g->n, A = g->A, N = g->N;
-    for (int k = 0; k < 2; ++k) {  // cos rows, then sin rows
-        const f32 *tab = g->rows + k * n;  // row p of this table at tab + p * 2n
-        f32 *o = g->out + k * N * n + begin * n;
-        for (int64_t t = begin; t < end; ++t, o += n) {
-            memcpy(o, tab + g->pos[t] * 2 * n, (size_t)n * sizeof(f32));
-            for (int64_t a = 1; a < A; ++a) {
-                const f32 *R src = tab + g->pos[a * N + t] * 2 * n;
-                const int64_t *R sl = g->slots;
-                for (int64_t j = 0; j < n; ++j) o[j] = sl[j] == a ? src[j] : o[j];
+    const int32_t *R sl = g->slots;
+    const f32 *src[GATHER_MAX_AXES];
+    for (int64_t t = begin; t < end; ++t) {
+        const int64_t p0 = g->pos[t];
+        int same = 1;
+        for (int64_t a = 1; a < A; ++a) same &= g->pos[a * N + t] == p0;
+        for (int k = 0; k < 2; ++k) {  // the cos row, then the sin row of the token
+            const f32 *tab = g->rows + k * n;  // row p of this table at tab + p * 2n
+            f32 *R o = g->out + k * N * n + t * n;
+            if (same) {
+                memcpy(o, tab + p0 * 2 * n, (size_t)n * sizeof(f32));
+                continue;
             }
+            for (int64_t a = 0; a < A; ++a) src[a] = tab + g->pos[a * N + t] * 2 * n;
+            blend_row(o, src, sl, n, A);  // band j from the row of axis sl[j]
         }
     }
 }
@@ -609,9 +722,15 @@ int64_t ropekit_axis_gather(const f32 *R rows, int64_t L, int64_t n, const int64
         if (pos[i] > hi) hi = pos[i];
     }
     if (hi >= L) return hi;
-    const gather_args g = {rows, pos, slots, out, n, A, N};
+    if (A > GATHER_MAX_AXES) return -1;
+    int32_t sl_small[256];
+    int32_t *sl = n <= 256 ? sl_small : (int32_t *)malloc((size_t)n * sizeof(int32_t));
+    if (!sl) return -1;
+    for (int64_t j = 0; j < n; ++j) sl[j] = (int32_t)slots[j];
+    const gather_args g = {rows, pos, sl, out, n, A, N};
     parallel_range(gather_range, &g, N, 256, nthreads);  // chunks of 256 tokens (128 KB of rows at n = 64)
+    if (sl != sl_small) free(sl);
     return hi;
 }
 
-int ropekit_abi_version(void) { return 7; }
+int ropekit_abi_version(void) { return 8; }

@@ -49,6 +49,11 @@ _PLAN_GATHER_FN = {
     torch.bfloat16: "ropekit_plan_gather_bf16",
     torch.float16: "ropekit_plan_gather_f16",
 }
+_PLAN_AXES_FN = {
+    torch.float32: "ropekit_plan_axes_f32",
+    torch.bfloat16: "ropekit_plan_axes_bf16",
+    torch.float16: "ropekit_plan_axes_f16",
+}
 
 
 def supports(x: torch.Tensor) -> bool:
@@ -127,7 +132,7 @@ def raw_rotate(
 class Plan:
     """A prepared call rotating q (and k) in one C call: the low-latency path for repeated shapes (decoding)."""
 
-    __slots__ = ("args", "fn", "gather_fn", "inplace", "two", "work")
+    __slots__ = ("args", "axes_fn", "fn", "gather_fn", "inplace", "two", "work")
 
     def __init__(
         self, q: torch.Tensor, k: torch.Tensor | None, cos: torch.Tensor, r: int, layout: str, inplace: bool
@@ -135,6 +140,7 @@ class Plan:
         lib = cpu_build.load()
         self.fn = getattr(lib, _PLAN_FN[q.dtype])
         self.gather_fn = getattr(lib, _PLAN_GATHER_FN[q.dtype])
+        self.axes_fn = getattr(lib, _PLAN_AXES_FN[q.dtype])
         self.inplace, self.two = inplace, k is not None
         self.work = q.numel() + (k.numel() if k is not None else 0)
         vals = [
@@ -190,6 +196,39 @@ class Plan:
             self.args,
         )
         return (qo, ko) if rc == 0 else None
+
+    def call_axes(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor | None,
+        rows: torch.Tensor,
+        positions: torch.Tensor,
+        slots: torch.Tensor,
+        scratch: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None] | int:
+        """The multi-axis call: like :meth:`call_gather` with positions [A, N] (int64, contiguous; axis a of flat
+        token t at [a, t]) and ``slots`` [n] (int64: the axis each band reads); the row of a token whose axes differ
+        is blended from its axes' cache rows into row t of ``scratch`` [N, 2n] (float32, contiguous; None: on the
+        kernel's stack, for N * 2n <= 8192). The outputs, or the kernel's code with nothing written: -1 for a negative
+        position, -2 past the kernel's limits (axes, bands), else the largest position (>= L: grow the cache)."""
+        qo, ko = self._outputs(q, k)
+        rc = int(
+            self.axes_fn(
+                qo.data_ptr(),
+                q.data_ptr(),
+                0 if ko is None else ko.data_ptr(),
+                0 if k is None else k.data_ptr(),
+                rows.data_ptr(),
+                rows.shape[0],
+                positions.data_ptr(),
+                positions.shape[0],
+                positions.shape[1],
+                slots.data_ptr(),
+                0 if scratch is None else scratch.data_ptr(),
+                self.args,
+            )
+        )
+        return (qo, ko) if rc == 0 else rc
 
     def run(
         self, q: torch.Tensor, k: torch.Tensor | None, cos_ptr: int, sin_ptr: int
