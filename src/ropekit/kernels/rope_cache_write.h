@@ -51,7 +51,16 @@ typedef struct {
     void *ck, *cv, *q;
     const f32 *cosp, *sinp;
     const int64_t *index, *p;  // p: the parameter block (see ropekit_cache_write_*)
+    const int64_t *tpos;       // table mode 2: the rotation positions (rows of the packed cache)
 } cw_args;
+
+// The table offset of token (b, s), by the table mode p[28]: 0, tables with strides (p[21], p[22]) over (b, s);
+// 1, the packed cache row at the default position index[b] + s (contiguous caches); 2, the packed cache row at
+// tpos[b p[29] + s p[30]]. In modes 1 and 2 cosp is the packed rows [L, 2, n] and sinp = cosp + n.
+#define CW_TB(b, s)                                                                                             \
+    (p[28] == 0   ? (b) * p[21] + (s) * p[22]                                                                   \
+     : p[28] == 1 ? (a->index[(b)] + (s)) * r                                                                   \
+                  : a->tpos[(b) * p[29] + (s) * p[30]] * r)
 
 // One token's work; N is a compile-time constant in the common cases (the row loops unroll).
 #define CW_TOKEN(T, N)                                                                                          \
@@ -86,7 +95,7 @@ typedef struct {
             const int64_t h1 = h0 + CW_GROUP < Hk ? h0 + CW_GROUP : Hk;                                         \
             int64_t b = b0, s = s0;                                                                             \
             for (int64_t t = begin; t < end; ++t) {                                                             \
-                const int64_t tb = b * p[21] + s * p[22];                                                       \
+                const int64_t tb = CW_TB(b, s);                                                                 \
                 for (int64_t h = h0; h < h1; ++h) {                                                             \
                     const T *kr = (const T *)a->k + b * p[6] + s * p[7] + h * p[8];                             \
                     T *dst = (T *)a->ck + b * p[15] + (a->index[b] + s) * p[16] + h * p[17];                    \
@@ -112,7 +121,7 @@ typedef struct {
             const int64_t h1 = h0 + STREAMS < Hq ? h0 + STREAMS : Hq;                                           \
             int64_t b = b0, s = s0;                                                                             \
             for (int64_t t = begin; t < end; ++t) {                                                             \
-                const int64_t tb = b * p[21] + s * p[22];                                                       \
+                const int64_t tb = CW_TB(b, s);                                                                 \
                 for (int64_t h = h0; h < h1; ++h)                                                               \
                     cw_inplace_##T((T *)a->q + b * p[12] + s * p[13] + h * p[14], a->cosp + tb, a->sinp + tb,   \
                                    N, il);                                                                      \
@@ -122,8 +131,11 @@ typedef struct {
     } while (0)
 
 // p = [B, S, Hk, Hq, D, Dv, ks0, ks1, ks2, vs0, vs1, vs2, qs0, qs1, qs2, cks0, cks1, cks2, cvs0, cvs1, cvs2,
-//      ts0, ts1, mode, block_size, r, interleaved, nthreads]; strides in elements; ts* are the table strides of
-//      (b, s) (0 where broadcast).
+//      ts0, ts1, mode, block_size, r, interleaved, nthreads, table mode, ps0, ps1, L]; strides in elements; ts* are
+//      the table strides of (b, s) (0 where broadcast), ps* the strides of tpos over (b, s) (0 where broadcast),
+//      L the packed cache's rows (table modes 1 and 2; see CW_TB).
+// Returns 0 after writing; in table modes 1 and 2, before writing anything: -1 if a position is negative, the
+// largest position if one is >= L (the caller grows the cache and calls again).
 #define CACHE_WRITE_KERNEL(NAME, T)                                                                             \
 static void NAME##_range(const void *vctx, int64_t begin, int64_t end) {                                        \
     const cw_args *a = (const cw_args *)vctx;                                                                  \
@@ -144,7 +156,8 @@ static void NAME##_range(const void *vctx, int64_t begin, int64_t end) {        
         int64_t blk, off;                                                                                      \
         if (p[23] == 0) { blk = b; off = a->index[b] + s; }                                                    \
         else { const int64_t slot = a->index[t]; blk = slot / p[24]; off = slot % p[24]; }                     \
-        const f32 *c = a->cosp + b * p[21] + s * p[22], *sn = a->sinp + b * p[21] + s * p[22];                 \
+        const int64_t tb = CW_TB(b, s);                                                                        \
+        const f32 *c = a->cosp + tb, *sn = a->sinp + tb;                                                       \
         switch (n) {                                                                                           \
             case 32: CW_TOKEN(T, 32); break;                                                                   \
             case 64: CW_TOKEN(T, 64); break;                                                                   \
@@ -152,11 +165,22 @@ static void NAME##_range(const void *vctx, int64_t begin, int64_t end) {        
         }                                                                                                      \
     }                                                                                                          \
 }                                                                                                              \
-void NAME(const T *k, const T *v, T *ck, T *cv, T *q, const f32 *cosp, const f32 *sinp, const int64_t *index,  \
-          const int64_t *p) {                                                                                  \
-    const cw_args a = {k, v, ck, cv, q, cosp, sinp, index, p};                                                 \
+int64_t NAME(const T *k, const T *v, T *ck, T *cv, T *q, const f32 *cosp, const f32 *sinp, const int64_t *index, \
+             const int64_t *tpos, const int64_t *p) {                                                          \
+    if (p[28]) { /* rows read at positions: every position in [0, L) before anything is written */             \
+        int64_t hi = -1;                                                                                       \
+        for (int64_t b = 0; b < p[0]; ++b)                                                                     \
+            for (int64_t s = 0; s < p[1]; ++s) {                                                               \
+                const int64_t x = p[28] == 1 ? index[b] + s : tpos[b * p[29] + s * p[30]];                     \
+                if (x < 0) return -1;                                                                          \
+                if (x > hi) hi = x;                                                                            \
+            }                                                                                                  \
+        if (hi >= p[31]) return hi;                                                                            \
+    }                                                                                                          \
+    const cw_args a = {k, v, ck, cv, q, cosp, sinp, index, p, tpos};                                          \
     const int64_t per_token = (p[2] * (p[4] + p[5]) + (q ? p[3] * p[4] : 0));                                   \
     parallel_range(NAME##_range, &a, p[0] * p[1], rows_per_chunk(per_token > 0 ? per_token : 1), (int)p[27]);  \
+    return 0;                                                                                                  \
 }
 
 CACHE_WRITE_KERNEL(ropekit_cache_write_f32, f32)

@@ -24,14 +24,16 @@ n = rotary_dim // 2. Paper: RoFormer (Su et al., 2021), eq. 34, applied at write
 from __future__ import annotations
 
 import ctypes
+from typing import Any
 
 import torch
 
 from ropekit.kernels import cpu_build
 from ropekit.phases import INT_DTYPES, check_positions, rope_tables
 from ropekit.rotation import torch_backend
-from ropekit.rotation.kv_cache_kernel import fast_write, kernel_write, use_kernel
+from ropekit.rotation.kv_cache_kernel import fast_write, kernel_write, positions_args, use_kernel
 from ropekit.spec import RopeSpec
+from ropekit.table_cache import shared_tables
 
 __all__ = ["rope_cache_write", "rope_paged_cache_write"]
 
@@ -186,7 +188,34 @@ def _tables(
     check_positions(positions)
     if not _broadcasts(tuple(positions.shape), shape):
         raise ValueError(f"positions of shape {tuple(positions.shape)} do not broadcast to {shape}")
+    if positions.dtype in INT_DTYPES and positions.device == device and not torch.compiler.is_compiling():
+        rows = shared_tables(positions, spec)  # row views of the exact shared cache (read-only here): no copy
+        if rows is not None:
+            return rows
     return rope_tables(positions, spec, device=device)
+
+
+def _plan_key(
+    kind: str,
+    k: object,
+    v: object,
+    cache_k: object,
+    cache_v: object,
+    index: object,
+    q: object,
+    positions: object,
+    tables: object,
+    spec: RopeSpec,
+) -> tuple[Any, ...] | None:
+    """The prepared-plan key of a call (:mod:`ropekit.rotation.kv_cache_kernel`), or None when it cannot have one:
+    tables given, or integer positions (given, or the default offsets[b] + s) read from the exact shared cache."""
+    if not isinstance(index, torch.Tensor) or torch.compiler.is_compiling():
+        return None
+    if tables is not None and positions is None:
+        return (kind, k, v, cache_k, cache_v, index, q, tables, spec)
+    if tables is None and (positions is None or (isinstance(positions, torch.Tensor) and positions.dtype in INT_DTYPES)):
+        return (kind, k, v, cache_k, cache_v, index, q, positions_args(positions), spec)
+    return None
 
 
 def _bshd(x: torch.Tensor, fmt: str) -> torch.Tensor:
@@ -230,11 +259,9 @@ def rope_cache_write(
     Raises:
         ValueError / TypeError naming the argument, before anything is written.
     """
-    plan_key = None
-    if tables is not None and positions is None and isinstance(offsets, torch.Tensor) and not torch.compiler.is_compiling():
-        plan_key = (f"{format}/{cache_format}", k, v, cache_k, cache_v, offsets, q, tables, spec)
-        if fast_write(plan_key):
-            return q
+    plan_key = _plan_key(f"{format}/{cache_format}", k, v, cache_k, cache_v, offsets, q, positions, tables, spec)
+    if plan_key is not None and fast_write(plan_key):
+        return q
     _check_fmt("format", format)
     _check_fmt("cache_format", cache_format)
     k = _tensor("k", k, 4, f"in {format} layout")
@@ -310,11 +337,9 @@ def rope_paged_cache_write(
     Raises:
         ValueError / TypeError naming the argument, before anything is written.
     """
-    plan_key = None
-    if tables is not None and positions is None and isinstance(slots, torch.Tensor) and not torch.compiler.is_compiling():
-        plan_key = ("paged", k, v, cache_k, cache_v, slots, q, tables, spec)
-        if fast_write(plan_key):
-            return q
+    plan_key = _plan_key("paged", k, v, cache_k, cache_v, slots, q, positions, tables, spec)
+    if plan_key is not None and fast_write(plan_key):
+        return q
     k = _tensor("k", k, 3, "[T, Hkv, D]")
     v = _tensor("v", v, 3, "[T, Hkv, Dv]")
     ck = _tensor("cache_k", cache_k, 4, "[num_blocks, block_size, Hkv, D]")

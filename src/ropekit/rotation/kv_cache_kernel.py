@@ -1,11 +1,14 @@
 # SPDX-License-Identifier: MIT
 """The C side of :mod:`ropekit.rotation.kv_cache`: the kernel call and its prepared plans for decoding.
 
-The first call with a given geometry (shapes, strides, dtypes and devices of k, v, the caches, q, the tables and
-the index tensor; the spec; tables given) is validated in full by :mod:`ropekit.rotation.kv_cache` and leaves a
-plan: the kernel's parameter block and the memory span of every tensor. Later calls with the same geometry only
-check what a geometry cannot fix -- every slot/offset value (in C), and that the caches do not overlap the other
-tensors at their current addresses -- and then make the one kernel call. Anything unusual (a bad value, an
+The first call with a given geometry (shapes, strides, dtypes and devices of k, v, the caches, q, the tables --
+or the integer positions -- and the index tensor; the spec) is validated in full by :mod:`ropekit.rotation.kv_cache`
+and leaves a plan: the kernel's parameter block and the memory span of every tensor. Later calls with the same
+geometry only check what a geometry cannot fix -- every slot/offset value (in C), and that the caches do not overlap
+the other tensors at their current addresses -- and then make the one kernel call. With positions (given, or the
+default ``offsets[b] + s``) the tables are the rows of the spec's exact shared cache at those positions
+read by the kernel at each token's position (``CW_TB`` in ``kernels/rope_cache_write.h``; positions checked in C
+before anything is written) -- bit-identical to the validated call's tables, which are row views of that cache. Anything unusual (a bad value, an
 overlap, a new geometry, autograd) falls back to the full path, which validates and raises the usual error.
 
 Shapes: as in :mod:`ropekit.rotation.kv_cache` (all tensors seen as bshd views; caches [B or blocks, rows, H, D]).
@@ -21,8 +24,9 @@ import torch
 from ropekit.kernels import cpu_build
 from ropekit.rotation import cpu_backend
 from ropekit.spec import RopeSpec
+from ropekit.table_cache import TableCache, is_row_view, shared_cache
 
-__all__ = ["fast_write", "kernel_write", "use_kernel"]
+__all__ = ["fast_write", "kernel_write", "positions_args", "use_kernel"]
 
 _FN = {
     torch.float32: "ropekit_cache_write_f32",
@@ -34,10 +38,11 @@ _PLANS: dict[tuple[Any, ...], _Plan] = {}
 
 
 class _Plan:
-    __slots__ = ("a", "b", "fn", "mode", "n_index", "params", "spans", "work")
+    __slots__ = ("a", "b", "cache", "fn", "mode", "n_index", "params", "spans", "work")
 
     def __init__(self, fn: Any, params: list[int], spans: list[int], mode: int, n_index: int, a: int, b: int):
         self.fn, self.mode, self.n_index, self.spans = fn, mode, n_index, spans
+        self.cache: TableCache | None = None  # positions plans: the kernel reads the exact rows from here
         self.params = (ctypes.c_int64 * len(params))(*params)
         self.a, self.b = a, b  # mode 0: (S, rows); mode 1: (capacity, unused)
         self.work = params[0] * params[1] * (params[2] * (params[4] + params[5]) + params[3] * params[4])
@@ -60,12 +65,18 @@ def _span(x: torch.Tensor) -> int:
     return n * x.element_size()
 
 
+def positions_args(positions: torch.Tensor | None) -> tuple[str, torch.Tensor | None]:
+    """The tables slot of a plan key for a call with positions (None: the default offsets[b] + s)."""
+    return ("positions", positions)
+
+
 def _key(args: tuple[Any, ...]) -> tuple[Any, ...] | None:
     kind, k, v, ck, cv, idx, q, tables, spec = args
     if not (isinstance(tables, tuple) and len(tables) == 2):
         return None
-    parts: list[Any] = [kind, spec, q is None]
-    for x in (k, v, ck, cv, idx, tables[0], tables[1], q):
+    by_pos = isinstance(tables[0], str)
+    parts: list[Any] = [kind, spec, q is None, by_pos, by_pos and tables[1] is None]
+    for x in (k, v, ck, cv, idx, *((tables[1],) if by_pos else tables), q):
         if x is None:
             continue
         if not isinstance(x, torch.Tensor):
@@ -82,7 +93,7 @@ def fast_write(args: tuple[Any, ...]) -> bool:
     plan = _PLANS.get(key) if key is not None else None
     if plan is None or (torch.is_grad_enabled() and any(a.requires_grad for a in args[1:5])):
         return False
-    _, k, v, ck, cv, idx, q, (cos, sin), _ = args
+    _, k, v, ck, cv, idx, q, tables, _ = args
     lib = cpu_build.load()
     if lib is None:
         return False
@@ -101,18 +112,27 @@ def fast_write(args: tuple[Any, ...]) -> bool:
             if a0 < ranges[j][1] and ranges[j][0] < a1:
                 return False
     plan.params[27] = cpu_backend.threads_for(2 * plan.work)
-    plan.fn(
-        k.data_ptr(),
-        v.data_ptr(),
-        ck.data_ptr(),
-        cv.data_ptr(),
-        q.data_ptr() if q is not None else None,
-        cos.data_ptr(),
-        sin.data_ptr(),
-        idx.data_ptr(),
-        plan.params,
-    )
-    return True
+    ptrs = (k.data_ptr(), v.data_ptr(), ck.data_ptr(), cv.data_ptr(), q.data_ptr() if q is not None else None)
+    if not isinstance(tables[0], str):
+        plan.fn(*ptrs, tables[0].data_ptr(), tables[1].data_ptr(), idx.data_ptr(), None, plan.params)
+        return True
+    # positions: the kernel reads the exact cache rows at them (checked in C before anything is written)
+    cache, pos = plan.cache, tables[1]
+    if cache is None:
+        return False
+    for _ in range(2):  # a second call after growing the cache
+        rows = cache.rows
+        plan.params[31] = rows.shape[0]
+        sin_ptr = rows.data_ptr() + rows.element_size() * rows.shape[-1]  # a row's sin, n floats after its cos
+        rc = int(
+            plan.fn(*ptrs, rows.data_ptr(), sin_ptr, idx.data_ptr(), None if pos is None else pos.data_ptr(), plan.params)
+        )
+        if rc == 0:
+            return True
+        if rc < 0 or rc >= cache.limit:
+            return False  # the full path: exact tables for these positions
+        cache.grow(1 << rc.bit_length())
+    return False  # pragma: no cover - the cache grew to cover the largest position
 
 
 def _table_strides(t: torch.Tensor) -> tuple[int, int]:
@@ -140,6 +160,9 @@ def kernel_write(
 ) -> None:
     """The C kernel (arguments validated by the caller); leaves a plan for ``plan_args`` when it can."""
     plannable = plan_args is not None and plan_args[5] is index and index.is_contiguous()
+    by_pos = plannable and plan_args is not None and isinstance(plan_args[7][0], str)
+    if by_pos and not is_row_view(cos):  # positions plans read cache rows: only a call that read them plans
+        plannable = False
     if cos.shape != sin.shape:  # one geometry for both: broadcast them against each other
         nd = max(cos.dim(), sin.dim())
         a, b = [1] * (nd - cos.dim()) + list(cos.shape), [1] * (nd - sin.dim()) + list(sin.shape)
@@ -169,6 +192,10 @@ def kernel_write(
         int(spec.rotary_dim or spec.head_dim),
         int(spec.layout == "interleaved"),
         cpu_backend.threads_for(2 * work),
+        0,  # table mode 0: the tables given, by their strides (a positions plan sets 1 or 2 below)
+        0,
+        0,
+        0,
     ]
     fn = getattr(cpu_build.load(), _FN[kb.dtype])
     fn(
@@ -180,6 +207,7 @@ def kernel_write(
         cos.data_ptr(),
         sin.data_ptr(),
         index.data_ptr(),
+        None,
         (ctypes.c_int64 * len(p))(*p),
     )
     if plannable and plan_args is not None and (key := _key(plan_args)) is not None:
@@ -187,4 +215,17 @@ def kernel_write(
             _PLANS.clear()
         spans = [_span(t) for t in (ckb, cvb, kb, vb, index) + ((qb,) if qb is not None else ())]
         lim = (block_size * ckb.shape[0], 0) if mode == 1 else (S, ckb.shape[1])
-        _PLANS[key] = _Plan(fn, p, spans, mode, index.numel(), *lim)
+        if by_pos:  # later calls: the kernel reads the cache rows at the positions (CW_TB)
+            pos = plan_args[7][1]
+            if pos is None:
+                p[28:31] = [1, 0, 0]  # the default positions offsets[b] + s
+            elif pos.dtype == torch.int64:
+                p[28:31] = [2, *_table_strides(pos.unsqueeze(-1))]
+            else:
+                return
+        plan = _Plan(fn, p, spans, mode, index.numel(), *lim)
+        if by_pos:
+            plan.cache = shared_cache(spec, kb.device)
+            if plan.cache is None:
+                return
+        _PLANS[key] = plan
