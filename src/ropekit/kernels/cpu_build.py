@@ -181,7 +181,7 @@ def _setup(lib: ctypes.CDLL) -> ctypes.CDLL:
         fn.restype = ctypes.c_int64
     for name in ("ropekit_cache_write_f32", "ropekit_cache_write_bf16", "ropekit_cache_write_f16"):
         fn = getattr(lib, name)
-        fn.argtypes = [P, P, P, P, P, P, P, P, P, P]
+        fn.argtypes = [P, P, P, P, P, P, P, P, P, I, P]
         fn.restype = ctypes.c_int64
     lib.ropekit_check_slots.argtypes = [P, I, I, P]
     lib.ropekit_check_slots.restype = ctypes.c_int

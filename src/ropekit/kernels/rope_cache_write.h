@@ -131,9 +131,10 @@ typedef struct {
     } while (0)
 
 // p = [B, S, Hk, Hq, D, Dv, ks0, ks1, ks2, vs0, vs1, vs2, qs0, qs1, qs2, cks0, cks1, cks2, cvs0, cvs1, cvs2,
-//      ts0, ts1, mode, block_size, r, interleaved, nthreads, table mode, ps0, ps1, L]; strides in elements; ts* are
-//      the table strides of (b, s) (0 where broadcast), ps* the strides of tpos over (b, s) (0 where broadcast),
-//      L the packed cache's rows (table modes 1 and 2; see CW_TB).
+//      ts0, ts1, mode, block_size, r, interleaved, nthreads, table mode, ps0, ps1]; strides in elements; ts* are
+//      the table strides of (b, s) (0 where broadcast), ps* the strides of tpos over (b, s) (0 where broadcast).
+// L: the packed cache's rows (table modes 1 and 2; see CW_TB) -- an argument, not in p, which a plan shares
+// between calls that may run at once.
 // Returns 0 after writing; in table modes 1 and 2, before writing anything: -1 if a position is negative, the
 // largest position if one is >= L (the caller grows the cache and calls again).
 #define CACHE_WRITE_KERNEL(NAME, T)                                                                             \
@@ -166,7 +167,7 @@ static void NAME##_range(const void *vctx, int64_t begin, int64_t end) {        
     }                                                                                                          \
 }                                                                                                              \
 int64_t NAME(const T *k, const T *v, T *ck, T *cv, T *q, const f32 *cosp, const f32 *sinp, const int64_t *index, \
-             const int64_t *tpos, const int64_t *p) {                                                          \
+             const int64_t *tpos, int64_t L, const int64_t *p) {                                               \
     if (p[28]) { /* rows read at positions: every position in [0, L) before anything is written */             \
         int64_t hi = -1;                                                                                       \
         for (int64_t b = 0; b < p[0]; ++b)                                                                     \
@@ -175,7 +176,7 @@ int64_t NAME(const T *k, const T *v, T *ck, T *cv, T *q, const f32 *cosp, const 
                 if (x < 0) return -1;                                                                          \
                 if (x > hi) hi = x;                                                                            \
             }                                                                                                  \
-        if (hi >= p[31]) return hi;                                                                            \
+        if (hi >= L) return hi;                                                                                \
     }                                                                                                          \
     const cw_args a = {k, v, ck, cv, q, cosp, sinp, index, p, tpos};                                          \
     const int64_t per_token = (p[2] * (p[4] + p[5]) + (q ? p[3] * p[4] : 0));                                   \

@@ -114,19 +114,17 @@ def fast_write(args: tuple[Any, ...]) -> bool:
     plan.params[27] = cpu_backend.threads_for(2 * plan.work)
     ptrs = (k.data_ptr(), v.data_ptr(), ck.data_ptr(), cv.data_ptr(), q.data_ptr() if q is not None else None)
     if not isinstance(tables[0], str):
-        plan.fn(*ptrs, tables[0].data_ptr(), tables[1].data_ptr(), idx.data_ptr(), None, plan.params)
+        plan.fn(*ptrs, tables[0].data_ptr(), tables[1].data_ptr(), idx.data_ptr(), None, 0, plan.params)
         return True
     # positions: the kernel reads the exact cache rows at them (checked in C before anything is written)
     cache, pos = plan.cache, tables[1]
     if cache is None:
         return False
     for _ in range(2):  # a second call after growing the cache
-        rows = cache.rows
-        plan.params[31] = rows.shape[0]
+        rows = cache.rows  # held while the kernel reads it, even if another thread grows the cache meanwhile
         sin_ptr = rows.data_ptr() + rows.element_size() * rows.shape[-1]  # a row's sin, n floats after its cos
-        rc = int(
-            plan.fn(*ptrs, rows.data_ptr(), sin_ptr, idx.data_ptr(), None if pos is None else pos.data_ptr(), plan.params)
-        )
+        tpos = None if pos is None else pos.data_ptr()
+        rc = int(plan.fn(*ptrs, rows.data_ptr(), sin_ptr, idx.data_ptr(), tpos, rows.shape[0], plan.params))
         if rc == 0:
             return True
         if rc < 0 or rc >= cache.limit:
@@ -195,7 +193,6 @@ def kernel_write(
         0,  # table mode 0: the tables given, by their strides (a positions plan sets 1 or 2 below)
         0,
         0,
-        0,
     ]
     fn = getattr(cpu_build.load(), _FN[kb.dtype])
     fn(
@@ -208,6 +205,7 @@ def kernel_write(
         sin.data_ptr(),
         index.data_ptr(),
         None,
+        0,
         (ctypes.c_int64 * len(p))(*p),
     )
     if plannable and plan_args is not None and (key := _key(plan_args)) is not None:

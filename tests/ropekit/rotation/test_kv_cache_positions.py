@@ -123,3 +123,35 @@ def test_bad_offsets_on_a_planned_geometry_raise_and_write_nothing(modes: list[i
     with pytest.raises(ValueError, match="offsets"):
         rope_cache_write(k, v, ck, cv, torch.tensor([0, rows - S + 1]), spec, format="bhsd", cache_format="bhsd")
     assert torch.equal(ck, before[0]) and torch.equal(cv, before[1]) and modes == [1]
+
+
+def test_threads_sharing_a_plan_while_the_cache_grows(modes: list[int]) -> None:
+    """Four Python threads on one paged geometry (ctypes releases the GIL during the write), each with its own
+    caches and positions that keep passing the shared cache's rows: every write equals the tables-given one."""
+    import threading
+
+    spec = RopeSpec(32, base=BASE)
+    nb, bs, H, T = 4, 16, 2, 24
+    g = torch.Generator().manual_seed(5)
+    k, v = torch.randn(T, H, 32, generator=g), torch.randn(T, H, 32, generator=g)
+    slots = torch.randperm(nb * bs, generator=g)[:T]
+    ck0, cv0 = torch.zeros(nb, bs, H, 32), torch.zeros(nb, bs, H, 32)
+    rope_paged_cache_write(k, v, ck0, cv0, slots, spec, positions=torch.arange(T))  # validated: the plan
+    jobs = [[torch.randint(0, 3000 * 2**j, (T,), generator=g) + i for j in range(6)] for i in range(4)]
+    bad: list[tuple[int, int]] = []
+
+    def work(i: int) -> None:
+        for j, pos in enumerate(jobs[i]):
+            ck, cv = torch.zeros(nb, bs, H, 32), torch.zeros(nb, bs, H, 32)
+            rope_paged_cache_write(k, v, ck, cv, slots, spec, positions=pos)
+            ck2, cv2 = torch.zeros(nb, bs, H, 32), torch.zeros(nb, bs, H, 32)
+            rope_paged_cache_write(k, v, ck2, cv2, slots, spec, tables=rope_tables(pos, spec))
+            if not (torch.equal(ck, ck2) and torch.equal(cv, cv2)):
+                bad.append((i, j))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert bad == [] and modes.count(2) == 24  # every positions write read the rows in the kernel
