@@ -44,7 +44,7 @@ from ropekit.presets_vl import pixtral_spec, qwen2_vl_spec, qwen3_vl_spec
 from ropekit.rotation.apply import apply_rope, apply_rope_tables
 from ropekit.spec import RopeSpec
 
-__all__ = ["ENTRY_POINTS", "KINDS", "QUICK_SIZES", "SIZES", "run_axes", "summary"]
+__all__ = ["ENTRY_POINTS", "FLOORS", "KINDS", "QUICK_SIZES", "SIZES", "run_axes", "summary"]
 
 KINDS = ("qwen2-vl", "qwen3-vl", "2-d vision")
 ENTRY_POINTS = ("tables", "Rotary", "apply")
