@@ -10,7 +10,8 @@ Also timed: the fused write computing its tables from positions, the fused write
 unfused composition (ropekit rotates k out of place, then the write).
 
 Shapes: Hkv 8, D 128, Hq 32 (for q), cache S_max 4096 rows per sequence / 256 blocks of 16; prefill 1 x 2048
-tokens (512 with --quick) at offset 1024; decode 32 sequences x 1 token at random offsets / random distinct slots.
+tokens (512 with --quick) at offset 1024; long prefill (contiguous, full runs only) 1 x 8192 tokens at offset 1024
+of a 9216-row cache; decode 32 sequences x 1 token at random offsets / random distinct slots.
 """
 
 from __future__ import annotations
@@ -30,22 +31,27 @@ __all__ = ["run_cache_write"]
 
 _HK, _HQ, _D, _SMAX, _BS = 8, 32, 128, 4096, 16
 _PREFILL, _QUICK_PREFILL = 2048, 512
+#: the long prefill (full runs, contiguous caches): k and v of 8192 tokens, 16-32 MB each, past this CPU's L3,
+#: where the write is memory-bound in every dtype (at 2048 tokens bf16 k and v stay in cache and the rotation's
+#: arithmetic shows)
+_LONG_PREFILL = 8192
 _DT = {torch.float32: "fp32", torch.bfloat16: "bf16"}
 
 
 def _contiguous(kind: str, dt: torch.dtype, prefill: int) -> tuple[dict[str, Callable[[], Any]], list[str]]:
     g = torch.Generator().manual_seed(0)
-    B, S = (1, prefill) if kind == "prefill" else (32, 1)
+    B, S = (32, 1) if kind == "decode" else (1, _LONG_PREFILL if kind == "long prefill" else prefill)
+    smax = max(_SMAX, S + 1024)
     spec = RopeSpec(_D, base=500_000.0)
     k, v = (
         torch.randn(B, _HK, S, _D, generator=g).to(dt) for _ in range(2)
     )  # bhsd, as HF attention has them
     q = torch.randn(B, _HQ, S, _D, generator=g).to(dt)
-    ck, cv = torch.zeros(B, _HK, _SMAX, _D, dtype=dt), torch.zeros(B, _HK, _SMAX, _D, dtype=dt)
+    ck, cv = torch.zeros(B, _HK, smax, _D, dtype=dt), torch.zeros(B, _HK, smax, _D, dtype=dt)
     off = (
-        torch.full((B,), min(1024, _SMAX - S))
-        if kind == "prefill"
-        else torch.randint(0, _SMAX - 1, (B,), generator=g)
+        torch.randint(0, smax - 1, (B,), generator=g)
+        if kind == "decode"
+        else torch.full((B,), min(1024, smax - S))
     ).long()
     pos = off[:, None] + torch.arange(S)
     cos, sin = rope_tables(pos, spec)
@@ -59,7 +65,7 @@ def _contiguous(kind: str, dt: torch.dtype, prefill: int) -> tuple[dict[str, Cal
 
     impls: dict[str, Callable[[], Any]] = {"floor: index_put (advanced indexing)": lambda: write_indexed(k)}
     floors = ["floor: index_put (advanced indexing)"]
-    if kind == "prefill":
+    if kind != "decode":
         o = int(off[0])
         impls["floor: copy_ into the slice"] = lambda: (
             ck[:, :, o : o + S].copy_(k),
@@ -124,7 +130,8 @@ def run_cache_write(
     dtypes = (torch.float32,) if quick else (torch.float32, torch.bfloat16)
     with torch.no_grad():
         for layout, build in (("contiguous", _contiguous), ("paged", _paged)):
-            for kind in ("prefill", "decode"):
+            kinds = ("prefill", "decode") if quick or layout == "paged" else ("prefill", "long prefill", "decode")
+            for kind in kinds:
                 for dt in dtypes:
                     name = f"cache write {layout} {kind} {_DT[dt]}"
                     if progress:
