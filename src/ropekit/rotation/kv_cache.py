@@ -24,14 +24,13 @@ n = rotary_dim // 2. Paper: RoFormer (Su et al., 2021), eq. 34, applied at write
 from __future__ import annotations
 
 import ctypes
-from typing import Any
 
 import torch
 
 from ropekit.kernels import cpu_build
 from ropekit.phases import INT_DTYPES, check_positions, rope_tables
 from ropekit.rotation import torch_backend
-from ropekit.rotation.kv_cache_kernel import fast_write, kernel_write, positions_args, use_kernel
+from ropekit.rotation.kv_cache_kernel import fast_write, kernel_write, plan_key, use_kernel
 from ropekit.spec import RopeSpec
 from ropekit.table_cache import shared_tables
 
@@ -195,29 +194,6 @@ def _tables(
     return rope_tables(positions, spec, device=device)
 
 
-def _plan_key(
-    kind: str,
-    k: object,
-    v: object,
-    cache_k: object,
-    cache_v: object,
-    index: object,
-    q: object,
-    positions: object,
-    tables: object,
-    spec: RopeSpec,
-) -> tuple[Any, ...] | None:
-    """The prepared-plan key of a call (:mod:`ropekit.rotation.kv_cache_kernel`), or None when it cannot have one:
-    tables given, or integer positions (given, or the default offsets[b] + s) read from the exact shared cache."""
-    if not isinstance(index, torch.Tensor) or torch.compiler.is_compiling():
-        return None
-    if tables is not None and positions is None:
-        return (kind, k, v, cache_k, cache_v, index, q, tables, spec)
-    if tables is None and (positions is None or (isinstance(positions, torch.Tensor) and positions.dtype in INT_DTYPES)):
-        return (kind, k, v, cache_k, cache_v, index, q, positions_args(positions), spec)
-    return None
-
-
 def _bshd(x: torch.Tensor, fmt: str) -> torch.Tensor:
     return x.transpose(1, 2) if fmt == "bhsd" else x
 
@@ -259,8 +235,8 @@ def rope_cache_write(
     Raises:
         ValueError / TypeError naming the argument, before anything is written.
     """
-    plan_key = _plan_key(f"{format}/{cache_format}", k, v, cache_k, cache_v, offsets, q, positions, tables, spec)
-    if plan_key is not None and fast_write(plan_key):
+    plan_args = plan_key(f"{format}/{cache_format}", k, v, cache_k, cache_v, offsets, q, positions, tables, spec)
+    if plan_args is not None and fast_write(plan_args):
         return q
     _check_fmt("format", format)
     _check_fmt("cache_format", cache_format)
@@ -302,7 +278,7 @@ def rope_cache_write(
         [("cache_k", ck), ("cache_v", cv)], list(zip(names[:2] + names[4:], xs[:2] + xs[4:], strict=True))
     )
     if use_kernel(kb, vb, ckb, cvb, qb):
-        kernel_write(kb, vb, ckb, cvb, qb, cos, sin, off, (B, S), 0, 0, spec, plan_key)
+        kernel_write(kb, vb, ckb, cvb, qb, cos, sin, off, (B, S), 0, 0, spec, plan_args)
     else:
         bi = torch.arange(B, device=k.device)[:, None].expand(B, S)
         si = off[:, None] + torch.arange(S, device=k.device)
@@ -337,8 +313,8 @@ def rope_paged_cache_write(
     Raises:
         ValueError / TypeError naming the argument, before anything is written.
     """
-    plan_key = _plan_key("paged", k, v, cache_k, cache_v, slots, q, positions, tables, spec)
-    if plan_key is not None and fast_write(plan_key):
+    plan_args = plan_key("paged", k, v, cache_k, cache_v, slots, q, positions, tables, spec)
+    if plan_args is not None and fast_write(plan_args):
         return q
     k = _tensor("k", k, 3, "[T, Hkv, D]")
     v = _tensor("v", v, 3, "[T, Hkv, Dv]")
@@ -373,7 +349,7 @@ def rope_paged_cache_write(
     k4, v4, q4 = k[None], v[None], (q[None] if q is not None else None)
     cos4, sin4 = cos[None] if cos.dim() == 2 else cos, sin[None] if sin.dim() == 2 else sin
     if use_kernel(k4, v4, ck, cv, q4):
-        kernel_write(k4, v4, ck, cv, q4, cos4, sin4, sl, (1, T), 1, bs, spec, plan_key)
+        kernel_write(k4, v4, ck, cv, q4, cos4, sin4, sl, (1, T), 1, bs, spec, plan_args)
     else:
         _torch_write(k4, v4, ck, cv, q4, cos4, sin4, (sl[None] // bs, sl[None] % bs), spec)
     return q

@@ -22,11 +22,12 @@ from typing import Any
 import torch
 
 from ropekit.kernels import cpu_build
+from ropekit.phases import INT_DTYPES
 from ropekit.rotation import cpu_backend
 from ropekit.spec import RopeSpec
 from ropekit.table_cache import TableCache, is_row_view, shared_cache
 
-__all__ = ["fast_write", "kernel_write", "positions_args", "use_kernel"]
+__all__ = ["fast_write", "kernel_write", "plan_key", "positions_args", "use_kernel"]
 
 _FN = {
     torch.float32: "ropekit_cache_write_f32",
@@ -68,6 +69,29 @@ def _span(x: torch.Tensor) -> int:
 def positions_args(positions: torch.Tensor | None) -> tuple[str, torch.Tensor | None]:
     """The tables slot of a plan key for a call with positions (None: the default offsets[b] + s)."""
     return ("positions", positions)
+
+
+def plan_key(
+    kind: str,
+    k: object,
+    v: object,
+    cache_k: object,
+    cache_v: object,
+    index: object,
+    q: object,
+    positions: object,
+    tables: object,
+    spec: RopeSpec,
+) -> tuple[Any, ...] | None:
+    """The prepared-plan arguments of a call (the key is :func:`_key` of them), or None when it cannot have one:
+    tables given, or integer positions (given, or the default offsets[b] + s) read from the exact shared cache."""
+    if not isinstance(index, torch.Tensor) or torch.compiler.is_compiling():
+        return None
+    if tables is not None and positions is None:
+        return (kind, k, v, cache_k, cache_v, index, q, tables, spec)
+    if tables is None and (positions is None or (isinstance(positions, torch.Tensor) and positions.dtype in INT_DTYPES)):
+        return (kind, k, v, cache_k, cache_v, index, q, positions_args(positions), spec)
+    return None
 
 
 def _key(args: tuple[Any, ...]) -> tuple[Any, ...] | None:
