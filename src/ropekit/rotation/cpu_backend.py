@@ -1,9 +1,9 @@
 # SPDX-License-Identifier: MIT
 """Fused CPU backend: ropekit's C kernel (``ropekit/kernels/rope_cpu.c``), with its own small thread pool.
 
-Threads: :func:`threads_for` picks one thread per ``GRAIN`` elements of work, never more than
+Threads: :func:`threads_for` picks one thread per :func:`grain` elements of work, never more than
 ``torch.get_num_threads()`` (so ``torch.set_num_threads`` governs ropekit too) and one thread for small work
-(decoding). Threads claim chunks of rows; they are torch's own OpenMP threads where torch runs on GNU OpenMP, else
+(decoding; 16-bit storage on torch's OpenMP team splits from 2^17 elements on). Threads claim chunks of rows; they are torch's own OpenMP threads where torch runs on GNU OpenMP, else
 the kernel's own pool, whose caller never waits for a thread that has not started (``ropekit.kernels.cpu_build``,
 ``docs/kernels.md`` "Threads").
 
@@ -24,14 +24,34 @@ from ropekit.kernels import cpu_build
 from ropekit.rotation import torch_backend
 from ropekit.rotation.autograd import make_rotate
 
-__all__ = ["GRAIN", "Plan", "plannable", "raw_rotate", "rotate", "supports", "threads_for"]
+__all__ = ["GRAIN", "GRAIN_16BIT_OPENMP", "Plan", "grain", "plannable", "raw_rotate", "rotate", "supports", "threads_for"]
 
-GRAIN = 1 << 18  # elements per thread: below ~1 MB of float32 a second thread costs more than it saves
+#: elements per thread: below ~1 MB of float32 a second thread costs more than it saves
+GRAIN = 1 << 18
+#: elements per thread for bfloat16/float16 storage on torch's OpenMP team: their rotation is bound by the
+#: conversions, not memory, so decode-sized work gains from a second thread already (32 x 40 heads x 128, bf16:
+#: 21.2-21.9 -> 15.9-16.0 us in three of five bench runs, 22.3-22.9 in the other two). Not for float32 (12.1-12.8
+#: against 13.6-14.5 us, but 22.8 in one run of five: a worker that had gone to sleep) and not with the kernel's own
+#: pool (waking its thread: 20.7 -> 22.9 us). Eleventh session, docs/kernels.md "Decode threads".
+GRAIN_16BIT_OPENMP = 1 << 16
+
+_OPENMP: list[bool] = []  # the build is chosen once per process (cpu_build.load)
 
 
-def threads_for(elements: int) -> int:
-    """Threads for a call touching this many elements: one per GRAIN, at most ``torch.get_num_threads()``."""
-    return max(1, min(torch.get_num_threads(), elements // GRAIN))
+def grain(dtype: torch.dtype = torch.float32) -> int:
+    """Elements of work per thread for storage ``dtype`` with the build in use."""
+    if dtype not in (torch.bfloat16, torch.float16):
+        return GRAIN
+    if not _OPENMP:
+        _OPENMP.append(cpu_build.build_info().threads == "openmp")
+    return GRAIN_16BIT_OPENMP if _OPENMP[0] else GRAIN
+
+
+def threads_for(elements: int, dtype: torch.dtype = torch.float32) -> int:
+    """Threads for a call touching this many elements of ``dtype``: one per :func:`grain`, at most
+    ``torch.get_num_threads()``."""
+    n = torch.get_num_threads()
+    return 1 if n <= 1 else max(1, min(n, elements // grain(dtype)))
 
 
 _FN = {
@@ -124,7 +144,7 @@ def raw_rotate(
         r,
         int(layout == "interleaved"),
         int(sign),
-        threads_for(x.numel() if inplace else 2 * x.numel()),
+        threads_for(x.numel() if inplace else 2 * x.numel(), x.dtype),
     )
     return out
 
@@ -132,7 +152,7 @@ def raw_rotate(
 class Plan:
     """A prepared call rotating q (and k) in one C call: the low-latency path for repeated shapes (decoding)."""
 
-    __slots__ = ("args", "axes_fn", "fn", "gather_fn", "inplace", "two", "work")
+    __slots__ = ("args", "axes_fn", "dtype", "fn", "gather_fn", "inplace", "two", "work")
 
     def __init__(
         self, q: torch.Tensor, k: torch.Tensor | None, cos: torch.Tensor, r: int, layout: str, inplace: bool
@@ -141,7 +161,7 @@ class Plan:
         self.fn = getattr(lib, _PLAN_FN[q.dtype])
         self.gather_fn = getattr(lib, _PLAN_GATHER_FN[q.dtype])
         self.axes_fn = getattr(lib, _PLAN_AXES_FN[q.dtype])
-        self.inplace, self.two = inplace, k is not None
+        self.inplace, self.two, self.dtype = inplace, k is not None, q.dtype
         self.work = q.numel() + (k.numel() if k is not None else 0)
         vals = [
             2 if k is not None else 1,
@@ -149,7 +169,7 @@ class Plan:
             r,
             int(layout == "interleaved"),
             1,
-            threads_for(self.work),
+            threads_for(self.work, q.dtype),
         ]
         for x in (q, k) if k is not None else (q,):
             vals += _geometry(x, x if inplace else torch.empty_like(x), cos)
@@ -164,8 +184,8 @@ class Plan:
         self, q: torch.Tensor, k: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Where the call writes (q and k themselves in place), and the thread count set for this call."""
-        if self.work >= 2 * GRAIN:  # below, threads_for is 1 whatever torch's setting (decoding): nothing to redo
-            self.args[5] = threads_for(self.work)  # follows torch.set_num_threads between calls
+        if self.work >= 2 * grain(self.dtype):  # below, threads_for is 1 whatever torch's setting: nothing to redo
+            self.args[5] = threads_for(self.work, self.dtype)  # follows torch.set_num_threads between calls
         qo = q if self.inplace else torch.empty_like(q)
         return qo, k if (self.inplace or k is None) else torch.empty_like(k)
 

@@ -135,7 +135,7 @@ def fast_write(args: tuple[Any, ...]) -> bool:
         for j in range(i + 1, len(ranges)):
             if a0 < ranges[j][1] and ranges[j][0] < a1:
                 return False
-    plan.params[27] = cpu_backend.threads_for(2 * plan.work)
+    plan.params[27] = cpu_backend.threads_for(2 * plan.work, k.dtype)
     ptrs = (k.data_ptr(), v.data_ptr(), ck.data_ptr(), cv.data_ptr(), q.data_ptr() if q is not None else None)
     if not isinstance(tables[0], str):
         plan.fn(*ptrs, tables[0].data_ptr(), tables[1].data_ptr(), idx.data_ptr(), None, 0, plan.params)
@@ -213,7 +213,7 @@ def kernel_write(
         block_size,
         int(spec.rotary_dim or spec.head_dim),
         int(spec.layout == "interleaved"),
-        cpu_backend.threads_for(2 * work),
+        cpu_backend.threads_for(2 * work, kb.dtype),
         0,  # table mode 0: the tables given, by their strides (a positions plan sets 1 or 2 below)
         0,
         0,

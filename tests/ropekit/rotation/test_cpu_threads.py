@@ -27,14 +27,26 @@ def _x(fmt: str, b: int, s: int, h: int) -> torch.Tensor:
 
 
 def test_thread_count_from_work_size_and_torch_setting() -> None:
+    """One thread per grain of work (2^18 elements; 2^16 for 16-bit storage on torch's OpenMP team, whose rotation
+    is bound by its conversions), never more than torch's setting."""
     n = torch.get_num_threads()
-    try:
-        assert cpu_backend.threads_for(32 * 40 * 128) == 1  # decode: one thread
-        assert cpu_backend.threads_for(cpu_backend.GRAIN * 64) == n  # prefill: torch's setting, never more
-        torch.set_num_threads(1)
-        assert cpu_backend.threads_for(cpu_backend.GRAIN * 64) == 1
-    finally:
-        torch.set_num_threads(n)
+    openmp = cpu_build.build_info().threads == "openmp"
+    for dt, g in (
+        (torch.float32, cpu_backend.GRAIN),
+        (torch.bfloat16, cpu_backend.GRAIN_16BIT_OPENMP if openmp else cpu_backend.GRAIN),
+        (torch.float16, cpu_backend.GRAIN_16BIT_OPENMP if openmp else cpu_backend.GRAIN),
+    ):
+        assert cpu_backend.grain(dt) == g
+        try:
+            torch.set_num_threads(2)
+            assert cpu_backend.threads_for(g - 1, dt) == 1  # a few decoding sequences: the calling thread alone
+            assert cpu_backend.threads_for(2 * g, dt) == 2
+            assert cpu_backend.threads_for(g * 64, dt) == 2  # prefill: torch's setting, never more
+            torch.set_num_threads(1)
+            assert cpu_backend.threads_for(g * 64, dt) == 1
+        finally:
+            torch.set_num_threads(n)
+    assert cpu_backend.threads_for(32 * 40 * 128) == 1  # float32 decode of 32 sequences: one thread
 
 
 def _tasks() -> int:
