@@ -191,3 +191,17 @@ def test_concurrent_callers_get_their_own_rows(codes: list[object]) -> None:
     for t in threads:
         t.join()
     assert bad == [] and codes.count("ok") == 120 and math.isfinite(float(q.sum()))
+
+
+@pytest.mark.parametrize("fmt", ["bshd", "bhsd"])
+def test_positions_shared_by_the_batch(fmt: str, codes: list[object]) -> None:
+    """Positions [A, s] broadcast over a batch of 2: the plan reads token s's positions for every sequence."""
+    spec = RopeSpec(head_dim=16, base=1e4, axes=MAPS["interleaved"])
+    g = torch.Generator().manual_seed(11)
+    q = torch.randn(*SHAPES[fmt](2, 9, 4), generator=g)
+    k = torch.randn(*SHAPES[fmt](2, 9, 2), generator=g)
+    for call in range(3):
+        pos = torch.randint(0, 500, (3, 9), generator=g)
+        pos[:, :3] = pos[0, :3]  # three text tokens, then tokens whose axes differ
+        assert _same(apply_rope_axes(q, k, pos, spec, format=fmt), _tables_path(q, k, pos, spec, fmt)), call
+    assert codes == ["ok", "ok"]
