@@ -32,6 +32,8 @@ __all__ = ["remember", "run_planned"]
 #: floats of blended rows the kernel keeps on its stack (kernels/rope_cpu.c: AXIS_STACK_FLOATS); larger calls
 #: pass a scratch tensor
 STACK_FLOATS = 8192
+#: the kernel's limits (kernels/rope_cpu.c: GATHER_MAX_AXES, GATHER_MAX_N); specs past them are never planned
+MAX_AXES, MAX_BANDS = 8, 256
 
 #: call key (fastpath.apply_key of the multi-axis call) -> (spec, plan, cache, slots); the spec is held, so its id
 #: cannot be reused while the entry lives
@@ -89,6 +91,9 @@ def remember(
     (:func:`ropekit.rotation.apply._broadcast_table`)."""
     if (
         backend not in ("auto", "cpu")
+        or spec.axes is None
+        or spec.axes.n_axes > MAX_AXES
+        or spec.n_bands > MAX_BANDS
         or torch.compiler.is_compiling()
         or positions.device.type != "cpu"
         or positions.dtype != torch.int64
