@@ -79,8 +79,8 @@ def _gather_c(
     band_axis = slots(spec, pos.device)
     # per token: A rows of 2n read, 2n written (the same unit of work as the rotation's threads_for)
     threads = threads_for(N * n * 2 * (flat.shape[0] + 1))
-    for _ in range(2):  # a second pass after growing the cache
-        rows = cache.rows
+
+    def call(rows: torch.Tensor) -> int:  # 0 done; -1 refused; the largest position if past these rows
         hi = int(
             lib.ropekit_axis_gather(
                 rows.data_ptr(),
@@ -94,14 +94,11 @@ def _gather_c(
                 threads,
             )
         )
-        if hi < 0 and flat.numel():
-            return None
-        if hi < rows.shape[0]:
-            return out[0], out[1]
-        if hi >= int(cache.limit):
-            return None
-        cache.grow(1 << hi.bit_length())
-    return None  # pragma: no cover - the cache grew to cover hi
+        if hi < 0:  # a negative position or too many axes (none at all when there are no positions)
+            return -1 if flat.numel() else 0
+        return hi if hi >= rows.shape[0] else 0
+
+    return (out[0], out[1]) if cache.grown_call(call) == 0 else None
 
 
 @functools.lru_cache(maxsize=64)

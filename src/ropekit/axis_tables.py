@@ -26,7 +26,6 @@ from ropekit.rotation import axis_plan
 from ropekit.rotation.apply import (
     FORMATS,
     Format,
-    _broadcast_table,
     _check_positions_shape,
     apply_rope,
     apply_rope_tables,
@@ -168,18 +167,8 @@ def apply_rope_axes(
     else:
         cos, sin = _tables_for_call(q, positions, spec, format, need64)
         if not need64:  # validated: the next call with this geometry takes the planned path
-            axis_plan.remember(
-                q,
-                k,
-                positions,
-                _token_row(positions, format),
-                spec,
-                _one_axis(spec),
-                format,
-                inplace,
-                backend,
-                _broadcast_table,
-            )
+            row = _token_row(positions, format)
+            axis_plan.remember(q, k, positions, row, spec, _one_axis(spec), format, inplace, backend)
     if cos is None:
         # every axis at the same position (text tokens, every decoding step): exactly plain RoPE at ``sin`` (the
         # positions row), through apply_rope's own 1-D path (its cached rows read in the kernel, its decode plans)

@@ -22,6 +22,8 @@ copy them into plain contiguous tables for users.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from ropekit.phases import _rope_tables, _tables_from_positions, band_constant_tensor
@@ -59,6 +61,16 @@ class TableCache:
             self.rows = self._build(length)
         else:  # only the new rows are computed (row values do not depend on the cache length)
             self.rows = torch.cat((old, self._build(length, start=old.shape[0])), dim=0)
+
+    def grown_call(self, call: Callable[[torch.Tensor], int]) -> int:
+        """Run ``call(rows)``, a kernel that reads these rows at positions and, when one is past them, writes
+        nothing and returns the largest: then grow the cache to cover it (up to the limit) and call once more.
+        Returns the last call's code (what it means otherwise is the kernel's: 0 done, negative refused, ...)."""
+        rc = call(self.rows)
+        if self.rows.shape[0] <= rc < self.limit:
+            self.grow(1 << rc.bit_length())
+            rc = call(self.rows)
+        return rc
 
     def move(self, device: torch.device) -> None:
         length, was_meta = self.length, self.rows.device.type == "meta"

@@ -240,3 +240,25 @@ def test_kernel_cache_read_split_across_threads_bit_identical(fmt: str, monkeypa
     finally:
         torch.set_num_threads(threads)
     assert calls["gather"] >= 2  # the second and third calls read the cache in the kernel
+
+
+def test_grown_call_grows_once_for_a_position_past_the_rows() -> None:
+    """A kernel call that reports a position past the rows gets the cache grown to cover it and is called again;
+    a refusal (negative code) and a position past the limit are returned as they are, nothing grown."""
+    cache = TableCache(RopeSpec(16, base=1e4), torch.device("cpu"), 64, 1 << 12)
+    seen: list[int] = []
+
+    def kernel(wants: int) -> int:
+        def call(rows: torch.Tensor) -> int:
+            seen.append(rows.shape[0])
+            if wants < 0:
+                return wants  # refused (a negative position)
+            return wants if wants >= rows.shape[0] else 0  # writes only when its position is covered
+
+        return cache.grown_call(call)
+
+    assert kernel(100) == 0 and seen == [64, 128] and cache.length == 128
+    seen.clear()
+    assert kernel(-1) == -1 and seen == [128] and cache.length == 128
+    seen.clear()
+    assert kernel(5000) == 5000 and seen == [128] and cache.length == 128  # past the limit (4096): not grown

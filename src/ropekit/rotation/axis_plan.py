@@ -17,13 +17,13 @@ Shapes: A axes, P the token shape of the call ([s], [b, s] or [t]), N = prod(P),
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from ropekit.axis_gather import slots as band_slots
 from ropekit.rotation import cpu_backend, fastpath
+from ropekit.rotation.apply import _broadcast_table
 from ropekit.spec import RopeSpec
 from ropekit.table_cache import TableCache, shared_cache
 
@@ -52,7 +52,7 @@ def run_planned(
 ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
     """The call through a stored plan (its geometry validated before), or None: no plan for this key, or a
     position the kernel cannot read (negative, past the cache's limit); the caller then validates and rotates."""
-    if torch.compiler.is_compiling():
+    if not isinstance(q, torch.Tensor) or q.device.type != "cpu" or torch.compiler.is_compiling():
         return None
     akey = fastpath.apply_key(q, k, positions, spec, fmt, inplace, backend)
     hit = _PLANS.get(akey) if akey is not None else None
@@ -62,14 +62,16 @@ def run_planned(
     flat = positions.view(positions.shape[0], -1)  # the key holds: int64, contiguous, CPU (see remember)
     n_tok = flat.shape[1]
     scratch = None if n_tok * 2 * slots.shape[0] <= STACK_FLOATS else torch.empty(n_tok, 2 * slots.shape[0])
-    for _ in range(2):  # a second call after growing the cache
-        got = plan.call_axes(q, k, cache.rows, flat, slots, scratch)
-        if not isinstance(got, int):
+    done: list[tuple[torch.Tensor, torch.Tensor | None]] = []
+
+    def call(rows: torch.Tensor) -> int:
+        got = plan.call_axes(q, k, rows, flat, slots, scratch)
+        if isinstance(got, int):
             return got
-        if got < 0 or got >= cache.limit:
-            return None
-        cache.grow(1 << got.bit_length())
-    return None  # pragma: no cover - the cache grew to cover the largest position
+        done.append(got)
+        return 0
+
+    return done[0] if cache.grown_call(call) == 0 else None  # None: a negative position, or one past the limit
 
 
 def remember(
@@ -82,13 +84,11 @@ def remember(
     fmt: str,
     inplace: bool,
     backend: str,
-    broadcast: Callable[[torch.Tensor, str], torch.Tensor],
 ) -> None:
     """After a validated call: store the 1-D plan of its geometry for :func:`run_planned` when the C kernel can
     take it (CPU, int64 contiguous positions, float32/bfloat16/float16 q and k of one dtype, no autograd, backend
     "auto" or "cpu"). ``row``: the validated positions of axis 0 in the token shape the call rotates ([s], [b, s]
-    or [t]); ``one``: the spec without its axes; ``broadcast``: the tables' broadcast to ``fmt``
-    (:func:`ropekit.rotation.apply._broadcast_table`)."""
+    or [t]); ``one``: the spec without its axes."""
     if (
         backend not in ("auto", "cpu")
         or spec.axes is None
@@ -112,7 +112,7 @@ def remember(
     cos, sin = views
     tkey = fastpath.key(q, k, cos, sin, one, fmt, inplace, backend)
     plan = fastpath.build(
-        tkey, one, q, k, broadcast(cos, fmt), broadcast(sin, fmt), 2 * one.n_bands, one.layout, inplace
+        tkey, one, q, k, _broadcast_table(cos, fmt), _broadcast_table(sin, fmt), 2 * one.n_bands, one.layout, inplace
     )
     if plan is None:
         return

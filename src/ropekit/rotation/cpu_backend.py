@@ -17,6 +17,7 @@ instead (never a silent copy). Math in float32 from float32 tables; storage floa
 from __future__ import annotations
 
 import ctypes
+import functools
 
 import torch
 
@@ -35,16 +36,14 @@ GRAIN = 1 << 18
 #: pool (waking its thread: 20.7 -> 22.9 us). Eleventh session, docs/kernels.md "Decode threads".
 GRAIN_16BIT_OPENMP = 1 << 16
 
-_OPENMP: list[bool] = []  # the build is chosen once per process (cpu_build.load)
+@functools.cache
+def _on_openmp() -> bool:
+    return cpu_build.build_info().threads == "openmp"  # the build is chosen once per process (cpu_build.load)
 
 
 def grain(dtype: torch.dtype = torch.float32) -> int:
     """Elements of work per thread for storage ``dtype`` with the build in use."""
-    if dtype not in (torch.bfloat16, torch.float16):
-        return GRAIN
-    if not _OPENMP:
-        _OPENMP.append(cpu_build.build_info().threads == "openmp")
-    return GRAIN_16BIT_OPENMP if _OPENMP[0] else GRAIN
+    return GRAIN_16BIT_OPENMP if dtype in (torch.bfloat16, torch.float16) and _on_openmp() else GRAIN
 
 
 def threads_for(elements: int, dtype: torch.dtype = torch.float32) -> int:
@@ -152,7 +151,7 @@ def raw_rotate(
 class Plan:
     """A prepared call rotating q (and k) in one C call: the low-latency path for repeated shapes (decoding)."""
 
-    __slots__ = ("args", "axes_fn", "dtype", "fn", "gather_fn", "inplace", "two", "work")
+    __slots__ = ("args", "axes_fn", "dtype", "fn", "gather_fn", "grain", "inplace", "two", "work")
 
     def __init__(
         self, q: torch.Tensor, k: torch.Tensor | None, cos: torch.Tensor, r: int, layout: str, inplace: bool
@@ -161,7 +160,7 @@ class Plan:
         self.fn = getattr(lib, _PLAN_FN[q.dtype])
         self.gather_fn = getattr(lib, _PLAN_GATHER_FN[q.dtype])
         self.axes_fn = getattr(lib, _PLAN_AXES_FN[q.dtype])
-        self.inplace, self.two, self.dtype = inplace, k is not None, q.dtype
+        self.inplace, self.two, self.dtype, self.grain = inplace, k is not None, q.dtype, grain(q.dtype)
         self.work = q.numel() + (k.numel() if k is not None else 0)
         vals = [
             2 if k is not None else 1,
@@ -184,7 +183,7 @@ class Plan:
         self, q: torch.Tensor, k: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Where the call writes (q and k themselves in place), and the thread count set for this call."""
-        if self.work >= 2 * grain(self.dtype):  # below, threads_for is 1 whatever torch's setting: nothing to redo
+        if self.work >= 2 * self.grain:  # below, threads_for is 1 whatever torch's setting: nothing to redo
             self.args[5] = threads_for(self.work, self.dtype)  # follows torch.set_num_threads between calls
         qo = q if self.inplace else torch.empty_like(q)
         return qo, k if (self.inplace or k is None) else torch.empty_like(k)
@@ -205,10 +204,7 @@ class Plan:
         plan's row views had them). None, with nothing written, when a position is outside [0, L)."""
         qo, ko = self._outputs(q, k)
         rc = self.gather_fn(
-            qo.data_ptr(),
-            q.data_ptr(),
-            0 if ko is None else ko.data_ptr(),
-            0 if k is None else k.data_ptr(),
+            *_io(qo, q, ko, k),
             rows.data_ptr(),
             rows.shape[0],
             positions.data_ptr(),
@@ -234,10 +230,7 @@ class Plan:
         qo, ko = self._outputs(q, k)
         rc = int(
             self.axes_fn(
-                qo.data_ptr(),
-                q.data_ptr(),
-                0 if ko is None else ko.data_ptr(),
-                0 if k is None else k.data_ptr(),
+                *_io(qo, q, ko, k),
                 rows.data_ptr(),
                 rows.shape[0],
                 positions.data_ptr(),
@@ -256,15 +249,17 @@ class Plan:
         """The C call on table addresses; the caller guarantees the tables' layout is the one planned for."""
         qo, ko = self._outputs(q, k)
         self.fn(
-            qo.data_ptr(),
-            q.data_ptr(),
-            0 if ko is None else ko.data_ptr(),
-            0 if k is None else k.data_ptr(),
+            *_io(qo, q, ko, k),
             cos_ptr,
             sin_ptr,
             self.args,
         )
         return qo, ko
+
+
+def _io(qo: torch.Tensor, q: torch.Tensor, ko: torch.Tensor | None, k: torch.Tensor | None) -> tuple[int, ...]:
+    """The addresses every plan call starts with: q's output and input, k's output and input (0 without k)."""
+    return qo.data_ptr(), q.data_ptr(), 0 if ko is None else ko.data_ptr(), 0 if k is None else k.data_ptr()
 
 
 def plannable(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> bool:

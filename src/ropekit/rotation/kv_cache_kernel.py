@@ -6,10 +6,10 @@ or the integer positions -- and the index tensor; the spec) is validated in full
 and leaves a plan: the kernel's parameter block and the memory span of every tensor. Later calls with the same
 geometry only check what a geometry cannot fix -- every slot/offset value (in C), and that the caches do not overlap
 the other tensors at their current addresses -- and then make the one kernel call. With positions (given, or the
-default ``offsets[b] + s``) the tables are the rows of the spec's exact shared cache at those positions
-read by the kernel at each token's position (``CW_TB`` in ``kernels/rope_cache_write.h``; positions checked in C
-before anything is written) -- bit-identical to the validated call's tables, which are row views of that cache. Anything unusual (a bad value, an
-overlap, a new geometry, autograd) falls back to the full path, which validates and raises the usual error.
+default ``offsets[b] + s``) the kernel reads the rows of the spec's exact shared cache at each token's position
+(``CW_TB`` in ``kernels/rope_cache_write.h``; positions checked in C before anything is written): bit-identical to
+the validated call's tables, which are row views of that cache. Anything unusual (a bad value, an overlap, a new
+geometry, autograd) falls back to the full path, which validates and raises the usual error.
 
 Shapes: as in :mod:`ropekit.rotation.kv_cache` (all tensors seen as bshd views; caches [B or blocks, rows, H, D]).
 """
@@ -27,7 +27,7 @@ from ropekit.rotation import cpu_backend
 from ropekit.spec import RopeSpec
 from ropekit.table_cache import TableCache, is_row_view, shared_cache
 
-__all__ = ["fast_write", "kernel_write", "plan_key", "positions_args", "use_kernel"]
+__all__ = ["fast_write", "kernel_write", "plan_key", "use_kernel"]
 
 _FN = {
     torch.float32: "ropekit_cache_write_f32",
@@ -66,11 +66,6 @@ def _span(x: torch.Tensor) -> int:
     return n * x.element_size()
 
 
-def positions_args(positions: torch.Tensor | None) -> tuple[str, torch.Tensor | None]:
-    """The tables slot of a plan key for a call with positions (None: the default offsets[b] + s)."""
-    return ("positions", positions)
-
-
 def plan_key(
     kind: str,
     k: object,
@@ -90,7 +85,7 @@ def plan_key(
     if tables is not None and positions is None:
         return (kind, k, v, cache_k, cache_v, index, q, tables, spec)
     if tables is None and (positions is None or (isinstance(positions, torch.Tensor) and positions.dtype in INT_DTYPES)):
-        return (kind, k, v, cache_k, cache_v, index, q, positions_args(positions), spec)
+        return (kind, k, v, cache_k, cache_v, index, q, ("positions", positions), spec)  # positions None: the default
     return None
 
 
@@ -141,20 +136,15 @@ def fast_write(args: tuple[Any, ...]) -> bool:
         plan.fn(*ptrs, tables[0].data_ptr(), tables[1].data_ptr(), idx.data_ptr(), None, 0, plan.params)
         return True
     # positions: the kernel reads the exact cache rows at them (checked in C before anything is written)
-    cache, pos = plan.cache, tables[1]
-    if cache is None:
+    if plan.cache is None:
         return False
-    for _ in range(2):  # a second call after growing the cache
-        rows = cache.rows  # held while the kernel reads it, even if another thread grows the cache meanwhile
+    tpos = None if tables[1] is None else tables[1].data_ptr()
+
+    def call(rows: torch.Tensor) -> int:  # rows: held while the kernel reads them, whatever another thread grows
         sin_ptr = rows.data_ptr() + rows.element_size() * rows.shape[-1]  # a row's sin, n floats after its cos
-        tpos = None if pos is None else pos.data_ptr()
-        rc = int(plan.fn(*ptrs, rows.data_ptr(), sin_ptr, idx.data_ptr(), tpos, rows.shape[0], plan.params))
-        if rc == 0:
-            return True
-        if rc < 0 or rc >= cache.limit:
-            return False  # the full path: exact tables for these positions
-        cache.grow(1 << rc.bit_length())
-    return False  # pragma: no cover - the cache grew to cover the largest position
+        return int(plan.fn(*ptrs, rows.data_ptr(), sin_ptr, idx.data_ptr(), tpos, rows.shape[0], plan.params))
+
+    return plan.cache.grown_call(call) == 0  # else the full path: exact tables for these positions
 
 
 def _table_strides(t: torch.Tensor) -> tuple[int, int]:
