@@ -46,10 +46,12 @@ from gpu_peers import (
 from gpu_sweep import profile_backward, sweep
 from gpu_timing import Fn, print_row, run_impls
 
+PREFILL_TOKENS: list[int] = []  # set by --tokens; empty means the defaults below
+
 
 def prefill(quick: bool) -> list[dict[str, Any]]:
     out = []
-    tokens = [4096] if quick else [4096, 32768]
+    tokens = PREFILL_TOKENS or ([4096] if quick else [4096, 32768])
     for model, (hq, hk, d) in SHAPES.items():
         for t in tokens:
             for layout in ("half", "interleaved") if (model == "llama3-8b") else ("half",):
@@ -228,7 +230,12 @@ def main(argv: list[str] | None = None) -> int:
         "--only", default="", help="comma list of parts: prefill,decode,varlen,backward,tables,sweep,profile"
     )
     ap.add_argument("--out", default="")
+    ap.add_argument(
+        "--tokens", default="", help="comma list of prefill lengths (default 4096,32768; 4096 with --quick)"
+    )
     a = ap.parse_args(argv)
+    if a.tokens:
+        PREFILL_TOKENS[:] = [int(t) for t in a.tokens.split(",")]
     if not torch.cuda.is_available():
         print("bench/gpu.py needs a CUDA device", file=sys.stderr)
         return 2

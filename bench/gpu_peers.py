@@ -92,10 +92,10 @@ def hf_tables(pos: torch.Tensor, spec: Any, dtype: torch.dtype) -> tuple[torch.T
 
 
 def qk(
-    b: int, s: int, hq: int, hk: int, d: int, dtype: torch.dtype = BF16
+    b: int, s: int, hq: int, hk: int, d: int, dtype: torch.dtype = BF16, device: str = "cuda"
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    return torch.randn(b, s, hq, d, device="cuda", dtype=dtype), torch.randn(
-        b, s, hk, d, device="cuda", dtype=dtype
+    return torch.randn(b, s, hq, d, device=device, dtype=dtype), torch.randn(
+        b, s, hk, d, device=device, dtype=dtype
     )
 
 
@@ -108,13 +108,13 @@ def impls(q: torch.Tensor, k: torch.Tensor, pos: torch.Tensor, layout: str) -> d
     hcos, hsin = hf_tables(pos if pos.dim() == 2 else pos[None], spec, q.dtype)
     qh, kh = q.transpose(1, 2), k.transpose(1, 2)  # HF's [b, h, s, d] views of the same storage
     total = q.numel() + k.numel()
-    src = torch.randn(total, device="cuda", dtype=q.dtype)
+    src = torch.randn(total, device=q.device, dtype=q.dtype)
     dst = torch.empty_like(src)
 
     def fa() -> Fn:
         ops, _ = flash_attn()
         n = int(pos.max()) + 1
-        fcos, fsin = rope_tables(torch.arange(n, device="cuda"), spec)
+        fcos, fsin = rope_tables(torch.arange(n, device=q.device), spec)
         offs = pos[:, 0].to(torch.int32).contiguous() if pos.dim() == 2 and pos.shape[1] == 1 else 0
         il = layout == "interleaved"
 
@@ -124,7 +124,7 @@ def impls(q: torch.Tensor, k: torch.Tensor, pos: torch.Tensor, layout: str) -> d
 
         return run
 
-    def liger() -> Fn:
+    def liger_call() -> Fn:  # not `liger`: that name is the module-level import helper it calls
         if layout != "half":
             raise Unavailable("Liger's rope is half-split only")
         f = liger()
@@ -142,7 +142,7 @@ def impls(q: torch.Tensor, k: torch.Tensor, pos: torch.Tensor, layout: str) -> d
     def flashinfer() -> Fn:
         fi = flashinfer_mod()
         n = int(pos.max()) + 1
-        fcos, fsin = rope_tables(torch.arange(n, device="cuda"), spec)
+        fcos, fsin = rope_tables(torch.arange(n, device=q.device), spec)
         cache = torch.cat((fcos, fsin), dim=-1).contiguous()
         flat = pos.reshape(-1)
         qf, kf = q.view(flat.numel(), -1), k.view(flat.numel(), -1)
@@ -153,7 +153,7 @@ def impls(q: torch.Tensor, k: torch.Tensor, pos: torch.Tensor, layout: str) -> d
     def vllm() -> Fn:
         ops = vllm_mod()
         n = int(pos.max()) + 1
-        fcos, fsin = rope_tables(torch.arange(n, device="cuda"), spec)
+        fcos, fsin = rope_tables(torch.arange(n, device=q.device), spec)
         cache = torch.cat((fcos, fsin), dim=-1).to(q.dtype).contiguous()
         flat = pos.reshape(-1)
         qf, kf = q.view(flat.numel(), -1), k.view(flat.numel(), -1)
@@ -162,7 +162,7 @@ def impls(q: torch.Tensor, k: torch.Tensor, pos: torch.Tensor, layout: str) -> d
     def rotary() -> Fn:
         from ropekit import Rotary
 
-        rope = Rotary(spec).cuda()
+        rope = Rotary(spec).to(q.device)
         return lambda: rope(q, k, positions=pos, inplace=True)
 
     def launch_only() -> Fn:
@@ -180,7 +180,7 @@ def impls(q: torch.Tensor, k: torch.Tensor, pos: torch.Tensor, layout: str) -> d
         "ropekit Rotary module": rotary,
         "transformers eager": hf(hf_apply),
         "transformers torch.compile": hf(hf_compiled),
-        "liger-kernel": liger,
+        "liger-kernel": liger_call,
         "flash-attn triton": fa,
         "flashinfer": flashinfer,
         "vllm": vllm,

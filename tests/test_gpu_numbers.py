@@ -23,6 +23,15 @@ COLUMNS = [
     "flash-attn triton",
 ]
 
+ENTRY_POINTS_AND_HF = [
+    "copy (floor)",
+    "ropekit apply_rope_tables",
+    "ropekit apply_rope (positions)",
+    "ropekit Rotary module",
+    "transformers eager",
+    "transformers torch.compile",
+]
+
 
 def _case(run: dict, **want: object) -> dict:
     hits = [r for r in run["results"] if all(r.get(k) == v for k, v in want.items())]
@@ -103,16 +112,7 @@ def test_kernels_md_decode_table_is_run_2() -> None:
     text = (ROOT / "docs" / "kernels.md").read_text()
     start = text.index("| batch | copy | ropekit tables given |")
     lines = [ln for ln in text[start:].split("\n\n")[0].splitlines() if "---" not in ln][1:]
-    names = [
-        "copy (floor)",
-        "ropekit apply_rope_tables",
-        "ropekit apply_rope (positions)",
-        "ropekit Rotary module",
-        "transformers eager",
-        "transformers torch.compile",
-        "liger-kernel",
-        "flash-attn triton",
-    ]
+    names = [*ENTRY_POINTS_AND_HF, "liger-kernel", "flash-attn triton"]
     assert len(lines) == 6
     for line in lines:
         cells = _cells(line)
@@ -121,3 +121,27 @@ def test_kernels_md_decode_table_is_run_2() -> None:
             host, graph = _num(cell)
             assert host == round(rows[name]["host_us"], 1), (cells[0], name, cell)
             assert graph == round(rows[name]["graph_us"], 2), (cells[0], name, cell)
+
+
+def test_kernels_md_mid_size_table_is_run_4() -> None:
+    """Run 4's prefill table (H100, 256-4,096 tokens): every time and percent of copy is docs/bench-gpu-h100-mid.json."""
+    run4 = json.loads((ROOT / "docs" / "bench-gpu-h100-mid.json").read_text())
+    assert run4["machine"]["gpu"] == "NVIDIA H100 80GB HBM3"
+    text = (ROOT / "docs" / "kernels.md").read_text()
+    start = text.index("| shape, layout | tokens | copy | tables given |")
+    lines = [ln for ln in text[start:].split("\n\n")[0].splitlines() if "---" not in ln][1:]
+    names = ENTRY_POINTS_AND_HF
+    assert len(lines) == 15
+    for line in lines:
+        cells = _cells(line)
+        model, layout = re.match(r"(8B|70B), (\w+)", cells[0]).groups()  # type: ignore[union-attr]
+        rows = _case(run4, case="prefill", model=f"llama3-{model.lower()}", tokens=int(cells[1]), layout=layout)
+        copy = rows["copy (floor)"]["us"]
+        for name, cell in zip(names, cells[2:], strict=True):
+            if cell == "n/a":
+                assert "us" not in rows[name], (cells[:2], name)
+                continue
+            got = _num(cell)
+            assert got[0] == round(rows[name]["us"], 1), (cells[:2], name, cell)
+            if len(got) > 1:
+                assert got[1] == round(100 * copy / rows[name]["us"]), (cells[:2], name, cell)

@@ -22,7 +22,6 @@ Shapes: P any position shape, n = rotary_dim // 2 bands.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import torch
 
@@ -90,11 +89,35 @@ def _constants_eager(spec: RopeSpec, seq_len: int | None) -> tuple[tuple[float, 
     return band_constants(tuple(_frequencies_cpu(spec, seq_len).tolist()))
 
 
+def _plain(value: object) -> object:
+    """A frozen dataclass (the spec, its scaling, its axis map) as ``(class, *init field values)``, recursively.
+
+    Traced by dynamo: what it hands to the constant-folded :func:`_constants_of_plain` must be plain constants.
+    torch 2.11's dynamo cannot pass a frozen dataclass instance there ("can't reconstruct arbitrary frozen
+    dataclass instances"); classes, numbers, strings, None and tuples of them it can, on every version.
+    """
+    if hasattr(value, "__dataclass_fields__"):
+        cls = type(value)
+        return (cls, *(_plain(getattr(value, name)) for name in cls.__match_args__))  # type: ignore[attr-defined]
+    return value
+
+
+def _from_plain(value: object) -> object:
+    if isinstance(value, tuple) and value and isinstance(value[0], type):
+        return value[0](*(_from_plain(v) for v in value[1:]))
+    return value
+
+
+def _constants_of_plain(plain_spec: object, seq_len: int | None) -> tuple[tuple[float, ...], ...]:
+    spec = _from_plain(plain_spec)
+    assert isinstance(spec, RopeSpec)
+    return _constants_eager(spec, seq_len)
+
+
 # Marked as dynamo's ``assume_constant_result`` does (it only sets this attribute), without importing
 # torch._dynamo: that import costs ~1.2 s and `import ropekit` must stay cheap. Under torch.compile the constants
 # are then traced as a constant of (spec, seq_len), not as data-dependent Python.
-_constants: Callable[[RopeSpec, int | None], tuple[tuple[float, ...], ...]] = _constants_eager
-_constants_eager._dynamo_marked_constant = True  # type: ignore[attr-defined]
+_constants_of_plain._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 
 _CONST_TENSORS: dict[tuple[object, ...], torch.Tensor] = {}
@@ -103,13 +126,14 @@ _CONST_TENSORS: dict[tuple[object, ...], torch.Tensor] = {}
 def band_constant_tensor(spec: RopeSpec, seq_len: int | None, device: torch.device) -> torch.Tensor:
     """[7, n] float64 constants of :func:`ropekit.reduction.reduced_turns` for ``spec`` on ``device``."""
     if torch.compiler.is_compiling():
-        return torch.tensor(_constants(spec, seq_len), dtype=torch.float64, device=device)
+        return torch.tensor(_constants_of_plain(_plain(spec), seq_len), dtype=torch.float64, device=device)
     key = (spec, seq_len, device)
     t = _CONST_TENSORS.get(key)
     if t is None:
         if len(_CONST_TENSORS) >= 256:
             _CONST_TENSORS.clear()
-        t = _CONST_TENSORS[key] = torch.tensor(_constants(spec, seq_len), dtype=torch.float64, device=device)
+        consts = _constants_eager(spec, seq_len)
+        t = _CONST_TENSORS[key] = torch.tensor(consts, dtype=torch.float64, device=device)
     return t
 
 

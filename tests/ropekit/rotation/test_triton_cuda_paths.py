@@ -185,11 +185,6 @@ def test_cuda_graph_replays_the_rotation() -> None:
 
 
 @needs_cuda
-@pytest.mark.skipif(
-    tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2]) < (2, 13),
-    reason="torch < 2.13: dynamo cannot pass the frozen RopeSpec to the constant-folded table constants "
-    "(InternalTorchDynamoError 'can't reconstruct arbitrary frozen dataclass instances', seen with 2.11)",
-)
 def test_torch_compile_fullgraph_on_cuda_matches_eager() -> None:
     spec = RopeSpec(128, base=500_000.0)
     q, k = _x((2, 16, 8, 128), torch.bfloat16), _x((2, 16, 2, 128), torch.bfloat16)
