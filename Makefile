@@ -1,6 +1,6 @@
 # Two commands: `make demo` and `make test`. Both create .venv on first use.
 # torch is pinned to the CPU wheel that lies on these machines' disk; installing it first means
-# `torch>=2.4` in pyproject.toml is already satisfied and no CUDA build is ever downloaded.
+# `torch>=2.6` in pyproject.toml is already satisfied and no CUDA build is ever downloaded.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin

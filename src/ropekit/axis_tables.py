@@ -105,6 +105,13 @@ def axis_tables(
         shape = (*pos.shape[1:], n)
         return torch.empty(shape, dtype=dtype, device="meta"), torch.empty(shape, dtype=dtype, device="meta")
     flat = _one_axis(spec)
+    if dtype == torch.float32 and pos.numel() and not pos.dtype.is_floating_point and not torch.compiler.is_compiling():
+        # integer positions: every band's row gathered from the exact 1-D cache in one pass (bit-identical: the
+        # rows rope_tables returns), not three axes' tables cut apart and stacked
+        cache = shared_cache(flat, out_device)
+        hit = None if cache is None else _gather_bands(cache, pos.to(out_device), spec)
+        if hit is not None:
+            return hit
     per_axis = [
         rope_tables(pos[a], flat, seq_len=seq_len if spec.dynamic else None, dtype=dtype, device=out_device)
         for a in range(pos.shape[0])

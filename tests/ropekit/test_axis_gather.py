@@ -12,6 +12,7 @@ import torch
 
 from ropekit.axes import AxisMap
 from ropekit.axis_tables import axis_tables
+from ropekit.presets_vl import qwen2_vl_spec
 from ropekit.spec import RopeSpec
 from ropekit.table_cache import TableCache
 
@@ -58,8 +59,12 @@ def test_gather_reads_each_band_at_its_axis_position(
     assert got is not None and cache.length >= 300
     want = _oracle(cache, pos, spec)
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
-    built = axis_tables(pos, spec)  # the exact per-axis builder: the same values bit for bit
+    # the exact per-axis builder (float64 tables per axis, selected, rounded once to float32 here; axis_tables'
+    # float32 result for integer positions is this gather itself): the same values bit for bit
+    built = [t.float() for t in axis_tables(pos, spec, dtype=torch.float64)]
     assert torch.equal(got[0], built[0]) and torch.equal(got[1], built[1])
+    public = axis_tables(pos, spec)
+    assert torch.equal(public[0], built[0]) and torch.equal(public[1], built[1])
     assert got[0].is_contiguous() and got[0].dtype == torch.float32
 
 
@@ -123,3 +128,24 @@ def test_c_gather_split_over_threads_is_exact(name: str) -> None:
         rows = cache.rows[flat[axis], :, j]  # [N, 2]: (cos, sin) of band j at its axis's positions
         assert torch.equal(got[0].reshape(-1, n)[:, j], rows[:, 0]), (name, j)
         assert torch.equal(got[1].reshape(-1, n)[:, j], rows[:, 1]), (name, j)
+
+
+def test_public_axis_tables_gathers_integer_positions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ropekit.axis_tables (what users and the patched VL rotaries call) reads integer positions from the exact
+    cache in one gather; float positions, float64 tables and positions past the cache's limit take the per-axis
+    builder. Every result equals the per-axis float64 builder rounded once to float32."""
+    spec = qwen2_vl_spec(16, 1e4, (2, 3, 3))
+    gathers: list[int] = []
+    real = at._gather_bands
+    monkeypatch.setattr(at, "_gather_bands", lambda *a: gathers.append(1) or real(*a))
+    cases = [
+        (torch.randint(0, 5000, (3, 2, 9)), 1),
+        (torch.randint(0, 5000, (3, 2, 9)).double() + 0.5, 0),
+        (torch.tensor([[2**40], [3], [4]]), 1),  # past the cache's limit: the gather declines, the builder runs
+    ]
+    for pos, n in cases:
+        gathers.clear()
+        got = axis_tables(pos, spec)
+        assert len(gathers) == n
+        want = [t.float() for t in axis_tables(pos, spec, dtype=torch.float64)]
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])

@@ -12,6 +12,13 @@ from ropekit.presets_vl import qwen2_vl_spec, qwen3_vl_spec
 from ropekit.rotation import axis_plan
 
 
+def _scratch(p: torch.Tensor, spec: RopeSpec) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tables built from scratch (exact float64 phases per axis, rounded once), not from any cache: axis_tables'
+    float32 result for integer positions is itself a gather from the cache, this is its per-axis builder."""
+    cos, sin = axis_tables(p, spec, dtype=torch.float64)
+    return cos.float(), sin.float()
+
+
 def test_rotary_reuses_the_gathered_tables_of_the_same_positions_tensor(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -33,7 +40,7 @@ def test_rotary_reuses_the_gathered_tables_of_the_same_positions_tensor(
 
     def check(q: torch.Tensor, p: torch.Tensor) -> None:
         got, _ = rot(q, None, positions=p)
-        cos, sin = axis_tables(p, spec)  # built from scratch (exact phases), not from any cache
+        cos, sin = _scratch(p, spec)
         want, _ = apply_rope_tables(q, None, cos, sin, spec)
         assert torch.equal(got, want)
 
@@ -76,7 +83,7 @@ def test_rotary_remembers_equal_axes_only_for_the_same_unchanged_tensor(
     def check(p: torch.Tensor) -> None:
         q = torch.randn(2, 1, 4, 16)
         got, _ = rot(q, None, positions=p)
-        cos, sin = axis_tables(p, spec)
+        cos, sin = _scratch(p, spec)
         assert torch.equal(got, apply_rope_tables(q, None, cos, sin, spec)[0])
 
     for _ in range(3):
@@ -107,7 +114,7 @@ def test_apply_rope_axes_reuses_the_tables_of_the_same_positions_tensor(
     def check(p: torch.Tensor, sp: RopeSpec = spec, dtype: torch.dtype = torch.float32) -> None:
         q, k = torch.randn(2, 7, 4, 16, dtype=dtype), torch.randn(2, 7, 2, 16, dtype=dtype)
         got = apply_rope_axes(q, k, p, sp)
-        cos, sin = axis_tables(p, sp, dtype=dtype)
+        cos, sin = _scratch(p, sp) if dtype == torch.float32 else axis_tables(p, sp, dtype=dtype)
         want = apply_rope_tables(q, k, cos, sin, sp)
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])  # type: ignore[arg-type]
 

@@ -81,11 +81,11 @@ def measure_fused(
 
         for r in range(rounds + 1):  # round 0 warms up and is dropped
             clock = _Clock()
-            with _skipped(ref, modeling, tables):
+            with _skipped(ref.model, modeling, tables):
                 got = {FLOOR_FWD: (step(ref, plan[REF][2], clock), clock.total * 1e3)}
             for key, (model, fn, cache) in plan.items():
                 clock = _Clock()
-                with _installed(model, modeling, fn, clock):
+                with _installed(model.model, modeling, fn, clock):
                     got[key] = (step(model, cache, clock), clock.total * 1e3)
             if r:
                 for key, (tf, tr) in got.items():

@@ -12,7 +12,9 @@ module at a time. Each such module is *replaced* (the original object is kept un
   ``position * theta_k`` with ropekit's exact float64-reduced phases for each of transformers' frequencies (matched
   to the exact float64 value they round from, in transformers' own order -- ERNIE's pre-permuted table included)
   and hands them to the original module's ``recomposition_frequencies``: the band-to-axis layout is transformers'
-  own, only the phases change (float32 angles lose ~pos * 6e-8 rad; ropekit's are exact). A *text* rotary also
+  own, only the phases change (float32 angles lose ~pos * 6e-8 rad; ropekit's are exact). For a *text* rotary
+  whose recomposition is a pure selection (every family here; :mod:`ropekit.hf.vl_layout` probes it once), the
+  same tables come from one multi-axis gather of exact rows and one ``index_select``, bit for bit. A *text* rotary also
   tags its output with ropekit's float32 per-token half tables ([b, s, n], :class:`ropekit.hf.rotary.RopekitTables`),
   so the modeling file's ``apply_rotary_pos_emb``, wrapped by :mod:`ropekit.hf.apply` exactly as for 1-D families,
   rotates with ropekit's dispatch (fused CPU kernel, Triton on CUDA) from exact float32 tables, also in a bf16
@@ -37,6 +39,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from ropekit.axis_tables import axis_tables
 from ropekit.hf.families import Family
 from ropekit.hf.rotary import ROPEKIT_TABLES, RopekitTables
 from ropekit.hf.vision_apply import (
@@ -46,6 +49,7 @@ from ropekit.hf.vision_apply import (
     tag_cat_tables,
     verify_vision_apply,
 )
+from ropekit.hf.vl_layout import TextAxisLayout, text_axis_layout
 from ropekit.phases import rope_tables
 from ropekit.spec import RopeSpec
 
@@ -147,6 +151,10 @@ class RopekitVLRotary(nn.Module):
         self.vision_applies = (VISION_APPLIES[type(orig).__name__],) if kind == "vision" else ()
         freqs = _exact_frequencies(orig)
         self.spec = RopeSpec(head_dim=2 * len(freqs), freqs=freqs)
+        #: the recomposition as a band-to-axis map (one multi-axis gather per call), or None: recompose
+        self.layout: TextAxisLayout | None = None
+        if self.family is not None:
+            self.layout = text_axis_layout(self._recompose, freqs, self.family.tables == "interleave")
         fa = getattr(self.config, "freq_allocation", None)
         if fa is not None and type(orig).__name__ == "Ernie4_5_VLMoeTextRotaryEmbedding":
             from ropekit.hf.config_vl import ernie_sections
@@ -165,6 +173,8 @@ class RopekitVLRotary(nn.Module):
             pos = pos.unsqueeze(0).expand(3, -1, -1)  # (b, s) text ids: every axis equal
         elif self.kind == "text" and pos.dim() == 3 and pos.shape[0] != 3:
             pos = pos.expand(3, -1, -1)
+        if self.layout is not None and self.family is not None:  # one gather of exact rows, one selection
+            return self._from_layout(self.layout, self.family, x, pos)
         cos, sin = rope_tables(pos, self.spec, device=x.device)  # float32, exact phases
         if self.attention_scaling != 1.0:
             cos, sin = cos * self.attention_scaling, sin * self.attention_scaling
@@ -187,6 +197,26 @@ class RopekitVLRotary(nn.Module):
         if info is not None:
             setattr(cos, ROPEKIT_TABLES, info)
             setattr(sin, ROPEKIT_TABLES, info)
+        return cos, sin
+
+
+    def _from_layout(
+        self, layout: TextAxisLayout, family: Family, x: torch.Tensor, pos: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The text tables through the probed layout: the same values as the recomposition path."""
+        ch, sh = axis_tables(pos, layout.spec, device=x.device)  # [b, s, n] float32, band j at axis a(j)
+        if self.attention_scaling != 1.0:
+            ch, sh = ch * self.attention_scaling, sh * self.attention_scaling
+        full = layout.full.to(ch.device)
+        cos, sin = ch.index_select(-1, full), sh.index_select(-1, full)  # transformers' channel order
+        if layout.half is not None:
+            half = layout.half.to(ch.device)
+            ch, sh = ch.index_select(-1, half), sh.index_select(-1, half)
+        info = RopekitTables(ch, sh, family, self.spec)
+        if self.cast:
+            cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+        setattr(cos, ROPEKIT_TABLES, info)
+        setattr(sin, ROPEKIT_TABLES, info)
         return cos, sin
 
 
