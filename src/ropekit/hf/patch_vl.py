@@ -35,6 +35,7 @@ text tables [b, s, rotary_dim]; vision tables [N, head_dim].
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 import torch
 from torch import nn
@@ -155,6 +156,12 @@ class RopekitVLRotary(nn.Module):
         self.layout: TextAxisLayout | None = None
         if self.family is not None:
             self.layout = text_axis_layout(self._recompose, freqs, self.family.tables == "interleave")
+        if self.layout is not None:  # buffers: they move with the model (.to / .cuda), no copy per call
+            inv = orig.inv_freq
+            dev = inv.device if isinstance(inv, torch.Tensor) else torch.device("cpu")
+            self.register_buffer("_full_index", self.layout.full.to(dev), persistent=False)
+            half = self.layout.half
+            self.register_buffer("_half_index", None if half is None else half.to(dev), persistent=False)
         fa = getattr(self.config, "freq_allocation", None)
         if fa is not None and type(orig).__name__ == "Ernie4_5_VLMoeTextRotaryEmbedding":
             from ropekit.hf.config_vl import ernie_sections
@@ -207,10 +214,13 @@ class RopekitVLRotary(nn.Module):
         ch, sh = axis_tables(pos, layout.spec, device=x.device)  # [b, s, n] float32, band j at axis a(j)
         if self.attention_scaling != 1.0:
             ch, sh = ch * self.attention_scaling, sh * self.attention_scaling
-        full = layout.full.to(ch.device)
+        full = cast(torch.Tensor, self._full_index)  # layout.full on the module's device
+        if full.device != ch.device:
+            full = full.to(ch.device)
         cos, sin = ch.index_select(-1, full), sh.index_select(-1, full)  # transformers' channel order
-        if layout.half is not None:
-            half = layout.half.to(ch.device)
+        half = cast("torch.Tensor | None", self._half_index)
+        if half is not None:
+            half = half if half.device == ch.device else half.to(ch.device)
             ch, sh = ch.index_select(-1, half), sh.index_select(-1, half)
         info = RopekitTables(ch, sh, family, self.spec)
         if self.cast:

@@ -92,3 +92,17 @@ def test_contiguous_sections_are_read_as_such() -> None:
     assert layout is not None and layout.spec.axes is not None
     assert layout.spec.axes.sections == (0, 1, 1, 2) and layout.half is None
     assert layout.full.tolist() == [0, 1, 2, 3, 0, 1, 2, 3]
+
+
+def test_layout_indices_are_non_persistent_buffers() -> None:
+    """The channel indices move with the model (.to / .cuda: no host copy per call) and never enter a checkpoint."""
+    model = _model("qwen2_vl").eval()
+    _, name = _text_rotary(model)
+    patched = ropekit.hf.patch(model)
+    rot = patched.get_submodule(name)
+    assert isinstance(rot, RopekitVLRotary) and rot.layout is not None
+    buffers = dict(rot.named_buffers())
+    assert torch.equal(buffers["_full_index"], rot.layout.full)
+    assert not any(k.endswith(("_full_index", "_half_index")) for k in patched.state_dict())
+    patched.to(torch.bfloat16)  # a dtype cast leaves integer buffers alone
+    assert rot.get_buffer("_full_index").dtype == torch.int64
