@@ -58,6 +58,7 @@ def test_hf_mode_writes_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     assert "hf llama prefill 1x16 fp32: time in RoPE" in cases
     assert "hf qwen2-vl prefill 1x16 (image 2x2) fp32: time in RoPE" in cases
     assert "hf qwen2-vl decode 2x1 after 8 (image 2x2) fp32: forward" in cases
+    assert "hf qwen2-vl vision tower 2 blocks, image 16x16 patches fp32: time in RoPE" in cases
     assert "hf llama decode 8x1 after 64, static cache fp32: time in RoPE + cache write" in cases
     impls = {r["impl"] for r in rows}
     assert {"transformers eager", "ropekit patched", "ropekit patched + FusedStaticCache"} <= impls

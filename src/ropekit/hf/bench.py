@@ -16,6 +16,7 @@ process:
   both models;
 * (Llama) a decode step with a static KV cache, RoPE fused with the cache write or not
   (:mod:`ropekit.hf.bench_fused`);
+* a Qwen2-VL vision tower encoding one image (:mod:`ropekit.hf.bench_vision`);
 * the unpatched model runs with transformers' own apply function (the patch's wrapper is taken out of the
   modeling module while it runs), so it pays nothing for ropekit being imported.
 
@@ -166,31 +167,42 @@ FAMILIES = (
 
 
 @contextmanager
-def _installed(decoder: Any, modeling: Any, apply_fn: Callable[..., Any], clock: _Clock) -> Iterator[None]:
-    """Run ``decoder`` (the module holding ``rotary_emb``) with ``apply_fn`` as the modeling file's apply
-    function, both RoPE pieces timed by clock."""
-    rotary = decoder.rotary_emb
-    saved = modeling.apply_rotary_pos_emb
-    modeling.apply_rotary_pos_emb = clock.wrap(apply_fn)
+def _installed(
+    decoder: Any,
+    modeling: Any,
+    apply_fn: Callable[..., Any],
+    clock: _Clock,
+    names: tuple[str, str] = ("rotary_emb", "apply_rotary_pos_emb"),
+) -> Iterator[None]:
+    """Run ``decoder`` (the module holding the rotary module ``names[0]``) with ``apply_fn`` as the modeling file's
+    apply function ``names[1]``, both RoPE pieces timed by clock."""
+    rotary = getattr(decoder, names[0])
+    saved = getattr(modeling, names[1])
+    setattr(modeling, names[1], clock.wrap(apply_fn))
     rotary.forward = clock.wrap(type(rotary).forward.__get__(rotary))
     try:
         yield
     finally:
-        modeling.apply_rotary_pos_emb = saved
+        setattr(modeling, names[1], saved)
         del rotary.forward
 
 
 @contextmanager
-def _skipped(decoder: Any, modeling: Any, tables: tuple[torch.Tensor, torch.Tensor]) -> Iterator[None]:
+def _skipped(
+    decoder: Any,
+    modeling: Any,
+    tables: tuple[torch.Tensor, torch.Tensor],
+    names: tuple[str, str] = ("rotary_emb", "apply_rotary_pos_emb"),
+) -> Iterator[None]:
     """Run ``decoder`` with RoPE free: stored tables, and an apply function that returns q and k unchanged."""
-    rotary = decoder.rotary_emb
-    saved = modeling.apply_rotary_pos_emb
-    modeling.apply_rotary_pos_emb = lambda q, k, *a, **kw: (q, k)
+    rotary = getattr(decoder, names[0])
+    saved = getattr(modeling, names[1])
+    setattr(modeling, names[1], lambda q, k, *a, **kw: (q, k))
     rotary.forward = lambda *a, **kw: tables
     try:
         yield
     finally:
-        modeling.apply_rotary_pos_emb = saved
+        setattr(modeling, names[1], saved)
         del rotary.forward
 
 
@@ -256,12 +268,23 @@ def _case(
             with _installed(fam.decoder(m), modeling, fn, clock):
                 row[key] = (forward(m, key), clock.total * 1e3)
         if r:
-            fwd[FLOOR_FWD].append(t_skip)
-            rope[FLOOR_ROPE].append(t_copy)
-            for key, (tf, tr) in row.items():
-                fwd[key].append(tf)
-                rope[key].append(tr)
+            _record(fwd, rope, t_skip, t_copy, row)
     return {"forward": fwd, "rope": rope}
+
+
+def _record(
+    fwd: dict[str, list[float]],
+    rope: dict[str, list[float]],
+    t_skip: float,
+    t_copy: float,
+    row: dict[str, tuple[float, float]],
+) -> None:
+    """Append one round: the two floors, and (forward ms, ms in RoPE) of each implementation."""
+    fwd[FLOOR_FWD].append(t_skip)
+    rope[FLOOR_ROPE].append(t_copy)
+    for key, (tf, tr) in row.items():
+        fwd[key].append(tf)
+        rope[key].append(tr)
 
 
 def measure(
@@ -288,6 +311,11 @@ def run_hf(*, quick: bool, rounds: int, progress: Callable[[str], None] | None) 
     for name, parts in measure(quick=quick, rounds=rounds, progress=progress).items():
         out += rows(f"hf {name} fp32: time in RoPE", "hf", parts["rope"], [FLOOR_ROPE])
         out += rows(f"hf {name} fp32: forward", "hf", parts["forward"], [FLOOR_FWD])
+    from ropekit.hf.bench_vision import measure_vision
+
+    name, fwd, rope = measure_vision(quick=quick, rounds=rounds, progress=progress)
+    out += rows(f"hf {name} fp32: time in RoPE", "hf", rope, [FLOOR_ROPE])
+    out += rows(f"hf {name} fp32: forward", "hf", fwd, [FLOOR_FWD])
     from ropekit.hf.bench_fused import FLOOR_WRITE, measure_fused
 
     name, fwd, rope = measure_fused(quick=quick, rounds=rounds, progress=progress)
