@@ -4,8 +4,10 @@
 A multi-axis spec (``RopeSpec.axes``, :mod:`ropekit.axes`) turns band j by ``pos[a(j)] * theta_j``. The tables
 are the exact 1-D tables of :mod:`ropekit.phases` (exact reduction over the whole int64 range, shared cache for
 integer positions) at each axis's positions, with band j gathered from axis ``a(j)``: each entry is bit-identical
-to the 1-D table at that band's axis position (tested against :func:`ropekit.rope_tables`), at the cost of one 1-D
-table per axis plus a gather. The result has the 1-D shape
+to the 1-D table at that band's axis position (tested against :func:`ropekit.rope_tables`). Float32 tables of
+integer positions are one gather of every band's row from the spec's exact 1-D cache (:mod:`ropekit.axis_gather`);
+float positions, float64 tables and positions past the cache cost one 1-D table per axis plus a selection. The
+result has the 1-D shape
 [*P, n], so every rotation backend (torch, fused CPU, Triton) rotates it unchanged: multi-axis RoPE needs no
 new rotation path (M-RoPE: Wang et al. 2024, "Qwen2-VL", arXiv 2409.12191; 2-D: Heo et al. 2024, arXiv
 2403.13298).
