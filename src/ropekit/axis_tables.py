@@ -214,17 +214,8 @@ def _tables_for_call(
     cos: torch.Tensor | None
     if same is not None:  # every axis at the same position: plain RoPE at ``same`` (bit-identical)
         cos, sin = None, same
-    else:
-        hit = None
-        if not (need64 or pos.dtype.is_floating_point or pos.numel() == 0 or torch.compiler.is_compiling()):
-            cache = shared_cache(_one_axis(spec), q.device)  # the exact rows apply_rope's 1-D path reads too
-            hit = None if cache is None else _gather_bands(cache, pos.to(q.device), spec)
-        if hit is not None:
-            cos, sin = hit
-        else:
-            cos, sin = axis_tables(
-                pos, spec, dtype=torch.float64 if need64 else torch.float32, device=q.device
-            )
+    else:  # integer positions: one gather from the cache apply_rope's 1-D path reads too (inside axis_tables)
+        cos, sin = axis_tables(pos, spec, dtype=torch.float64 if need64 else torch.float32, device=q.device)
     v = _version(positions)
     if v is not None and not torch.compiler.is_compiling():
         _LAST_CALL[0] = (positions, v, spec, (q.device, need64), row0, cos, sin)

@@ -302,19 +302,19 @@ def test_apply_rope_axes_reads_integer_positions_from_the_shared_cache(
     pos = torch.randint(0, 5000, (3, 2, 4))
     cos, sin = axis_tables(pos, spec)
     want = apply_rope_tables(q, k, cos, sin, spec)
-    real = at.axis_tables
+    real = at.rope_tables  # the per-axis builder inside axis_tables: one 1-D table per axis
     calls: list[int] = []
 
     def counting(*a: object, **kw: object) -> object:
         calls.append(1)
         return real(*a, **kw)
 
-    monkeypatch.setattr(at, "axis_tables", counting)
+    monkeypatch.setattr(at, "rope_tables", counting)
     got = apply_rope_axes(q, k, pos, spec)
     assert calls == [] and torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])  # type: ignore[arg-type]
     apply_rope_axes(q, k, pos - 4000, spec)  # negative positions: the exact builder
     apply_rope_axes(q, k, pos.double() + 0.5, spec)  # continuous positions: the exact builder
-    assert len(calls) == 2
+    assert len(calls) == 2 * 3  # two builds of three axes
 
 
 @pytest.mark.parametrize("kind", ["function", "module"])
