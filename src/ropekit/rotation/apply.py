@@ -352,7 +352,7 @@ def apply_rope_tables(
     for name, t in (("cos", cos), ("sin", sin)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        shapes = [(s, n)] if format == "thd" else [(s, n), (1, s, n), (b, s, n)]
+        shapes = [(s, n)] if format == "thd" else list(dict.fromkeys([(s, n), (1, s, n), (b, s, n)]))  # b = 1: once
         if tuple(t.shape) not in shapes:
             raise ValueError(f"{name} must have shape {' or '.join(map(str, shapes))}, got {tuple(t.shape)}")
         if t.dtype not in (torch.float32, torch.float64):

@@ -173,6 +173,11 @@ def test_apply_rope_tables_matches_apply_rope_and_validates() -> None:
         apply_rope_tables(q, k, cos.bfloat16(), sin, SPEC)
     with pytest.raises(ValueError, match=r"sin must have shape"):
         apply_rope_tables(q, k, cos, sin[:, :3], SPEC)
+    q1, k1 = q[:1], k[:1]  # batch 1: [1, s, n] is both "broadcast" and "per batch"; the message lists it once
+    with pytest.raises(ValueError) as e:
+        apply_rope_tables(q1, k1, cos[:1, None], sin[:1], SPEC)
+    n = SPEC.n_bands
+    assert str(e.value) == f"cos must have shape (5, {n}) or (1, 5, {n}), got (1, 1, 5, {n})"
 
 
 def test_mixed_dtypes_each_returned_in_its_own() -> None:
