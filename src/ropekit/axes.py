@@ -152,6 +152,15 @@ class AxisMap:
             raise ValueError(f"axis must be one of {self.names} or an index < {self.n_axes}, got {axis!r}")
         return tuple(j for j, s in enumerate(self.slots) if s == a)
 
+    def as_dict(self) -> dict[str, object]:
+        """JSON data: scheme, sections, names and the slot letters (the CLI's and the report's ``axes``)."""
+        return {
+            "scheme": self.scheme,
+            "sections": list(self.sections),
+            "names": list(self.names),
+            "letters": self.letters(),
+        }
+
     def letters(self) -> str:
         """One upper-case letter per slot: the first letter of its axis name (multiaxis.md 1.1 strings)."""
         return "".join(self.names[s][0].upper() for s in self.slots)

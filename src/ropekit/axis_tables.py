@@ -28,7 +28,7 @@ from ropekit.rotation import axis_plan
 from ropekit.rotation.apply import (
     FORMATS,
     Format,
-    _check_positions_shape,
+    _batch_seq,
     apply_rope,
     apply_rope_tables,
 )
@@ -38,6 +38,7 @@ from ropekit.table_cache import shared_cache
 __all__ = [
     "apply_rope_axes",
     "axis_tables",
+    "check_axes_shape",
     "check_axis_positions",
     "equal_axes_row",
     "rotary_forward_axes",
@@ -107,7 +108,12 @@ def axis_tables(
         shape = (*pos.shape[1:], n)
         return torch.empty(shape, dtype=dtype, device="meta"), torch.empty(shape, dtype=dtype, device="meta")
     flat = _one_axis(spec)
-    if dtype == torch.float32 and pos.numel() and not pos.dtype.is_floating_point and not torch.compiler.is_compiling():
+    if (
+        dtype == torch.float32
+        and pos.numel()
+        and not pos.dtype.is_floating_point
+        and not torch.compiler.is_compiling()
+    ):
         # integer positions: every band's row gathered from the exact 1-D cache in one pass (bit-identical: the
         # rows rope_tables returns), not three axes' tables cut apart and stacked
         cache = shared_cache(flat, out_device)
@@ -171,7 +177,7 @@ def apply_rope_axes(
         if format not in FORMATS:
             raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
         _check_q_dim(q, format)
-        _check_positions_shape(memo[4], q, format)
+        check_axes_shape(positions, q, format)
         cos, sin = memo[5], memo[6]
     else:
         cos, sin = _tables_for_call(q, positions, spec, format, need64)
@@ -197,6 +203,19 @@ def _check_q_dim(q: object, fmt: str) -> None:
         raise ValueError(f"q must be a {3 if fmt == 'thd' else 4}-D tensor for format={fmt!r}, got {shape}")
 
 
+def check_axes_shape(positions: torch.Tensor, q: torch.Tensor, fmt: str) -> None:
+    """Positions [A, ...] (leading dimension validated) must be [A, s] or [A, b, s] ([A, t] for "thd") for q of the
+    given format; the message names the multi-axis shapes, as the caller passed them."""
+    a = positions.shape[0]
+    b, s = _batch_seq(q, fmt)
+    ok = positions.shape in ((a, s), (a, 1, s), (a, b, s)) if fmt != "thd" else positions.shape == (a, s)
+    if not ok:
+        want = f"({a}, {s})" if fmt == "thd" else f"({a}, {s}) or ({a}, {b}, {s})"
+        raise ValueError(
+            f"positions must have shape {want} for q of shape {tuple(q.shape)}, got {tuple(positions.shape)}"
+        )
+
+
 def _tables_for_call(
     q: torch.Tensor, positions: torch.Tensor, spec: RopeSpec, fmt: str, need64: bool
 ) -> tuple[torch.Tensor | None, torch.Tensor]:
@@ -206,8 +225,8 @@ def _tables_for_call(
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
     _check_q_dim(q, fmt)
+    check_axes_shape(pos, q, fmt)
     row0 = pos[0]
-    _check_positions_shape(row0, q, fmt)
     if fmt != "thd" and pos.dim() == 3 and pos.shape[1] == 1:
         pos = pos[:, 0]
     same = equal_axes_row(pos, spec)
@@ -318,7 +337,7 @@ def rotary_forward_axes(
     if not isinstance(q, torch.Tensor) or q.dim() != (3 if fmt == "thd" else 4):
         shape = tuple(q.shape) if isinstance(q, torch.Tensor) else type(q).__name__
         raise ValueError(f"q must be a {3 if fmt == 'thd' else 4}-D tensor for format={fmt!r}, got {shape}")
-    _check_positions_shape(pos[0], q, fmt)
+    check_axes_shape(pos, q, fmt)
     if memo is not None:
         cos, sin = memo[4], memo[5]
     else:

@@ -10,7 +10,11 @@ commute, so keys rotated at phases p theta_old are brought to p theta_new by one
 
 applied in place to the cached keys (exact phases: the angle difference is formed in float64). :meth:`ropekit.RopeSpec.keys_stale` tells when this is needed.
 
-Shapes: as :func:`ropekit.apply_rope` (format "bshd", "bhsd" or "thd"); positions [s] or [b, s].
+Lengths are sequence lengths, ints >= 1: the frequencies of length l are those a forward over positions 0..l-1
+uses, so keys rotated for length l sit at positions in [0, l) (0 would be an empty cache: nothing to re-rotate).
+Every argument is validated before anything is computed or written: a refused call leaves k untouched.
+
+Shapes: as :func:`ropekit.apply_rope` (format "bshd", "bhsd" or "thd"); positions [s] or [b, s] ([t] for "thd").
 """
 
 from __future__ import annotations
@@ -18,14 +22,44 @@ from __future__ import annotations
 import torch
 
 from ropekit.phases import _tables_from_angles, check_positions
-from ropekit.rotation.apply import Format, apply_rope_tables
+from ropekit.rotation.apply import (
+    FORMATS,
+    Format,
+    _batch_seq,
+    _check_inplace_target,
+    _check_qk,
+    apply_rope_tables,
+)
 from ropekit.spec import RopeSpec
 
 __all__ = ["keys_stale", "rerotate_keys"]
 
 
+def _check_len(name: str, value: object) -> int:
+    """A sequence length: an int >= 1 (bool refused)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int >= 1 (a sequence length), got {value!r}")
+    if value < 1:
+        raise ValueError(f"{name} must be an int >= 1 (a sequence length), got {value!r}")
+    return value
+
+
+def _check_spec(spec: object) -> RopeSpec:
+    if not isinstance(spec, RopeSpec):
+        raise TypeError(f"spec must be a ropekit.RopeSpec, got {type(spec).__name__}")
+    return spec
+
+
 def keys_stale(spec: RopeSpec, cached_len: int, new_len: int) -> bool:
-    """True when keys rotated for length ``cached_len`` differ from what length ``new_len`` needs."""
+    """True when keys rotated for length ``cached_len`` differ from what length ``new_len`` needs.
+
+    Raises:
+        TypeError: ``spec`` is not a RopeSpec, or a length is not an int (bool included).
+        ValueError: a length is < 1.
+    """
+    _check_spec(spec)
+    _check_len("cached_len", cached_len)
+    _check_len("new_len", new_len)
     if not spec.dynamic:
         return False
     return not torch.equal(spec.frequencies(cached_len), spec.frequencies(new_len))
@@ -53,8 +87,40 @@ def rerotate_keys(
 
     Returns:
         The re-rotated keys (k itself when ``inplace``).
+
+    Raises:
+        TypeError: a non-tensor k or positions, a spec that is not a RopeSpec, a non-int length, a non-bool
+            ``inplace``.
+        ValueError: k of the wrong rank, head_dim or dtype; positions of the wrong dtype or shape for k, or
+            outside [0, from_len); a length < 1; an unknown format; an in-place k with overlapping memory.
+            Raised before k is modified.
     """
+    _check_spec(spec)
+    if format not in FORMATS:
+        raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
+    if not isinstance(inplace, bool):
+        raise TypeError(f"inplace must be a bool, got {inplace!r}")
+    _check_qk("k", k, spec, format)
     check_positions(positions)
+    b, s = _batch_seq(k, format)
+    if positions.shape not in (((s,),) if format == "thd" else ((s,), (1, s), (b, s))):
+        want = f"({s},)" if format == "thd" else f"({s},) or ({b}, {s})"
+        raise ValueError(
+            f"positions must have shape {want} for k of shape {tuple(k.shape)} (format={format!r}), "
+            f"got {tuple(positions.shape)}"
+        )
+    _check_len("from_len", from_len)
+    _check_len("to_len", to_len)
+    if positions.numel() and positions.device.type != "meta" and not torch.compiler.is_compiling():
+        # one reduction and one host sync: keys rotated for length from_len sit at positions 0..from_len-1
+        lo, hi = torch.stack(torch.aminmax(positions)).tolist()
+        if lo < 0 or hi >= from_len:
+            raise ValueError(
+                f"positions must lie in [0, from_len) = [0, {from_len}) (keys rotated for a sequence of length "
+                f"from_len sit at positions 0..from_len-1), got values in [{lo}, {hi}]"
+            )
+    if inplace:
+        _check_inplace_target("k", k)
     if not keys_stale(spec, from_len, to_len):
         return k
     old, new = spec.frequencies(from_len), spec.frequencies(to_len)

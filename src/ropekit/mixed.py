@@ -8,8 +8,9 @@ instead of axial RoPE's ``x * theta_j`` or ``y * theta_j``. Complex (interleaved
 Paper initialisation (``init="mixed"``, base 10): magnitudes ``mag_k = base^(-4k/D)`` for k < D/4, one random
 angle phi per head; band k gets ``mag_k (cos phi, sin phi)`` and band D/4 + k gets ``mag_k (cos(phi + pi/2),
 sin(phi + pi/2))``. ``init="axial"`` (base 100) puts ``theta_k`` on x for the first D/4 bands and on y for the
-rest: with ``learnable=False`` the module is frozen axial RoPE, identical to
-:func:`ropekit.presets_vl.rope_vit_axial_spec` rotated by :func:`ropekit.axis_tables.apply_rope_axes`.
+rest: with ``learnable=False`` the module is frozen axial RoPE: it matches
+:func:`ropekit.presets_vl.rope_vit_axial_spec` rotated by :func:`ropekit.axis_tables.apply_rope_axes` to float32
+rounding (not bit for bit: the angles are formed differently).
 
 Angles are formed in float64 (products of float32 frequencies and positions are exact there) and reduced mod
 2*pi; cos/sin are differentiable with respect to the frequencies (so the rotation is plain torch here: the fused

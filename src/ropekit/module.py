@@ -50,7 +50,8 @@ class Rotary(nn.Module):
 
     Args:
         spec: the RoPE configuration.
-        max_seq_len: rows of the cos/sin cache built up front (positions 0 .. max_seq_len - 1).
+        max_seq_len: rows of the cos/sin cache built up front (positions 0 .. max_seq_len - 1), at most
+            ``cache_limit`` (a larger value is capped there; every position stays exact either way).
         format: tensor format of q and k: "bshd", "bhsd" or "thd".
         cache_limit: the cache never grows beyond this many rows (default 2**18: 128 MiB at head_dim 128);
             larger positions are computed exactly on the fly.
@@ -151,6 +152,17 @@ class Rotary(nn.Module):
                 return akey, out
         return akey, None
 
+    def _float64(
+        self, q: torch.Tensor, k: torch.Tensor | None, positions: torch.Tensor, inplace: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """float64 inputs: the functional entry points' exact float64 tables, never the float32 cache."""
+        fmt = self.format
+        if self.spec.axes is not None:
+            from ropekit.axis_tables import apply_rope_axes
+
+            return apply_rope_axes(q, k, positions, self.spec, format=fmt, inplace=inplace)
+        return apply_rope(q, k, positions, self.spec, format=fmt, inplace=inplace)
+
     def forward(
         self,
         q: torch.Tensor,
@@ -162,10 +174,16 @@ class Rotary(nn.Module):
         """Rotate q (and k) at ``positions``; see :func:`ropekit.apply_rope` for shapes and dtypes.
 
         Returns:
-            (q_rot, k_rot), k_rot None when k is None.
+            (q_rot, k_rot), k_rot None when k is None. float64 q or k are rotated with float64 tables, as by
+            :func:`ropekit.apply_rope` (the module's cache holds float32 rows: it serves the other dtypes).
         """
+        if (isinstance(q, torch.Tensor) and q.dtype is torch.float64) or (
+            isinstance(k, torch.Tensor) and k.dtype is torch.float64
+        ):
+            return self._float64(q, k, positions, inplace)
         if self.spec.axes is not None:  # multi-axis spec: positions [n_axes, ...] (ropekit.axis_tables)
             from ropekit.axis_tables import (
+                check_axes_shape,
                 equal_axes_row,
                 equal_row_memo,
                 memo_hit,
@@ -181,6 +199,8 @@ class Rotary(nn.Module):
                 if same is None:
                     return rotary_forward_axes(self, q, k, positions, inplace)
                 remember_equal_row(self, positions, same)
+            if isinstance(q, torch.Tensor) and q.dim() == (3 if self.format == "thd" else 4):
+                check_axes_shape(positions, q, self.format)  # the message names the multi-axis shapes given
             positions = same
         if isinstance(q, torch.Tensor) and q.device.type == "cuda" and not torch.compiler.is_compiling():
             # one Triton launch reads (or computes) the exact rows itself: no host sync, no module cache
@@ -210,6 +230,7 @@ class Rotary(nn.Module):
     def extra_repr(self) -> str:
         s = self.spec
         return (
-            f"head_dim={s.head_dim}, rotary_dim={s.rotary_dim}, base={s.base:g}, layout={s.layout!r}, "
+            f"head_dim={s.head_dim}, rotary_dim={s.rotary_dim}, "
+            f"{'freqs=explicit' if s.freqs is not None else f'base={s.base:g}'}, layout={s.layout!r}, "
             f"format={self.format!r}, cached_len={self.cached_len}"
         )

@@ -26,7 +26,7 @@ import math
 import torch
 
 from ropekit.reduction import FLOAT_POSITION_BOUND, band_constants, reduced_turns
-from ropekit.spec import RopeSpec, _frequencies_cpu
+from ropekit.spec import RopeSpec, _frequencies_cpu, check_seq_len
 
 __all__ = ["FLOAT_POSITION_BOUND", "INT_DTYPES", "check_positions", "rope_tables"]
 
@@ -45,8 +45,8 @@ def check_positions(positions: object, name: str = "positions") -> torch.Tensor:
     as time-series timestamps, exact for the value float64 represents). Refused: bool, float16/bfloat16 (they
     cannot represent positions above 256 or 2048 exactly -- rotary-embedding-torch's bug, pitfalls item 50),
     complex, non-finite or too large float values, and positions that require grad (ropekit does not
-    differentiate with respect to positions). Under ``torch.compile`` the value checks of float positions are
-    skipped (they would need a host sync); dtype and grad checks remain.
+    differentiate with respect to positions). Under ``torch.compile`` the value check of float positions runs on
+    the device when the graph runs (``torch._assert_async``: a RuntimeError naming the rule, no host sync).
     """
     if not isinstance(positions, torch.Tensor):
         raise TypeError(
@@ -64,13 +64,14 @@ def check_positions(positions: object, name: str = "positions") -> torch.Tensor:
         raise ValueError(
             f"{name} requires grad, but ropekit does not differentiate with respect to positions"
         )
-    if (
-        dt in _EXACT_FLOAT_DTYPES
-        and positions.device.type != "meta"
-        and positions.numel()
-        and not torch.compiler.is_compiling()
-    ):
+    if dt in _EXACT_FLOAT_DTYPES and positions.device.type != "meta" and positions.numel():
         ok = positions.abs() < FLOAT_POSITION_BOUND  # False for nan and +-inf too
+        if torch.compiler.is_compiling():  # traced: checked on the device when the graph runs, no host sync
+            torch._assert_async(
+                ok.all(),
+                f"{name} must be finite with magnitude below 2**63 (float positions, checked on the device)",
+            )
+            return positions
         if not bool(ok.all()):
             bad = positions[~ok].flatten()[0].item()
             raise ValueError(
@@ -178,7 +179,10 @@ def rope_tables(
         float32 tables of integer positions of a static spec are read from a cache shared per spec and device
         (:func:`ropekit.table_cache.shared_cache`), bit-identical to computing them.
     """
-    if isinstance(spec, RopeSpec) and spec.axes is not None:  # multi-axis spec: positions [n_axes, *P], band j at its axis's position
+    seq_len = check_seq_len(seq_len)
+    if (
+        isinstance(spec, RopeSpec) and spec.axes is not None
+    ):  # multi-axis spec: positions [n_axes, *P], band j at its axis's position
         from ropekit.axis_tables import axis_tables
 
         return axis_tables(positions, spec, seq_len=seq_len, dtype=dtype, device=device)
@@ -202,7 +206,9 @@ def rope_tables(
         hit = None if cache is None else cache.lookup(pos)
         if cache is not None and hit is not None:  # row views of the packed cache (or of a gather from it):
             cos, sin = hit  # plain contiguous copies, which the caller may write to
-            return cos.clone(memory_format=torch.contiguous_format), sin.clone(memory_format=torch.contiguous_format)
+            return cos.clone(memory_format=torch.contiguous_format), sin.clone(
+                memory_format=torch.contiguous_format
+            )
     return _rope_tables(positions, spec, seq_len=seq_len, dtype=dtype, device=device)
 
 

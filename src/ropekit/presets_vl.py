@@ -146,7 +146,7 @@ def rope_vit_axial_spec(head_dim: int = 64, base: float = 100.0) -> RopeSpec:
 
 def dinov3_spec(head_dim: int = 64, base: float = 100.0) -> RopeSpec:
     """DINOv3: angle ``2*pi * coord / period`` with period ``base^(4k/D)``; rows then columns; half-split.
-    Positions are normalised coordinates in [-1, 1] (:func:`ropekit.positions.grid.grid_positions`)."""
+    Positions are normalised coordinates in [-1, 1] (:func:`ropekit.positions.grid.normalized_grid`)."""
     _check_head_dim(head_dim, 4, "dinov3_spec")
     return RopeSpec(
         head_dim=head_dim,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
@@ -37,6 +38,25 @@ _DEFAULT_BASE = 10_000.0
 
 def _is_int(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
+
+
+def check_seq_len(seq_len: object, name: str = "seq_len") -> int | None:
+    """None, or a sequence length: an integer >= 1 (bool refused; integer-likes such as numpy ints accepted).
+
+    Dynamic phase maps read it; a float, 0 or a negative length would silently mean "unscaled"."""
+    if seq_len is None or isinstance(
+        seq_len, torch.SymInt
+    ):  # traced: a symbolic length, checked by its guards
+        return seq_len  # type: ignore[return-value]
+    if isinstance(seq_len, bool):
+        raise TypeError(f"{name} must be an int >= 1 (a sequence length) or None, got {seq_len!r}")
+    try:
+        n = operator.index(seq_len)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"{name} must be an int >= 1 (a sequence length) or None, got {seq_len!r}") from None
+    if n < 1:
+        raise ValueError(f"{name} must be an int >= 1 (a sequence length) or None, got {seq_len!r}")
+    return n
 
 
 def _is_real(x: object) -> bool:
@@ -59,8 +79,9 @@ class RopeSpec:
         scaling: phase map (e.g. ``ropekit.scaling.Linear(8)``); None is plain RoPE.
         axes: multi-axis band assignment (:class:`ropekit.axes.AxisMap`, M-RoPE / 2-D / 3-D RoPE) or None for
             1-D RoPE. Band j then turns at the position of axis ``axes.slots[j]``; positions come as
-            [n_axes, *P] (:func:`ropekit.axis_tables.apply_rope_axes`). With 1-D positions every axis is at
-            the same position, which is plain RoPE with this spec's frequencies.
+            [n_axes, *P] (:func:`ropekit.axis_tables.apply_rope_axes`); 1-D positions are refused, since a
+            missing axis is far more likely a mistake than a choice. Text tokens give every axis the same
+            position (``pos.expand(n_axes, *pos.shape)``), which is plain RoPE with this spec's frequencies.
 
     Raises:
         ValueError: naming the field, for any invalid value.
@@ -196,6 +217,7 @@ class RopeSpec:
         Returns:
             [n] float64 tensor.
         """
+        seq_len = check_seq_len(seq_len)
         fn = (
             _frequencies_cpu.__wrapped__ if torch.compiler.is_compiling() else _frequencies_cpu
         )  # dynamo: no cache
@@ -222,6 +244,7 @@ class RopeSpec:
         """
         if dtype not in (torch.float32, torch.float64):
             raise ValueError(f"inv_freq dtype must be torch.float32 or torch.float64, got {dtype}")
+        seq_len = check_seq_len(seq_len)
         out = _frequencies_cpu(self, seq_len).to(dtype=dtype, copy=True)  # callers must not mutate the cache
         return out if device is None else out.to(device)
 
@@ -229,6 +252,10 @@ class RopeSpec:
         """True when keys cached at length ``cached_len`` must be re-rotated for ``new_len`` (dynamic schemes).
 
         See :func:`ropekit.cache.rerotate_keys`.
+
+        Raises:
+            TypeError: a length is not an int (bool included).
+            ValueError: a length is < 1 (lengths are sequence lengths).
         """
         from ropekit.cache import keys_stale
 
@@ -255,7 +282,12 @@ class RopeSpec:
         return spec_from_hf(config, layer_type=layer_type, strict=strict, layout=layout)
 
     def to_hf(self, schema: Literal["v5", "v4"] = "v5") -> dict[str, Any]:
-        """The transformers config fragment; lossless via from_hf.
+        """The transformers config fragment; lossless via from_hf (``RopeSpec.from_hf(spec.to_hf()) == spec``).
+
+        Only the RoPE keys: the spec does not record the model's context length (except DynamicNTK's), so the
+        fragment has no ``max_position_embeddings`` for the other schemes. Merge it into a config that sets one:
+        transformers' default (2048) is below e.g. Llama 3.1's ``original_max_position_embeddings`` (8192), a
+        config that ``from_hf`` then refuses.
 
         Args:
             schema: "v5" (default) writes ``{"head_dim", "rope_parameters", ...}``; "v4" writes transformers 4.x's

@@ -218,6 +218,50 @@ def test_reference_rotation_agrees_for_one_d_equivalent() -> None:
     torch.testing.assert_close(out, want, atol=1e-12, rtol=0)
 
 
+def test_shape_error_names_the_multi_axis_shapes() -> None:
+    """A wrong token count is reported with the axis dimension, as passed: [A, s] / [A, b, s] ([A, t] for thd),
+    on the first call, on a call that reuses the remembered positions and through a multi-axis Rotary."""
+    spec = qwen2_vl_spec(16, 1e4, (2, 3, 3))
+    cases = [
+        (torch.randn(1, 5, 2, 16), torch.arange(6).expand(3, 6), "bshd", "(3, 5) or (3, 1, 5)", "(3, 6)"),
+        (
+            torch.randn(1, 2, 5, 16),
+            torch.arange(6).expand(3, 1, 6),
+            "bhsd",
+            "(3, 5) or (3, 1, 5)",
+            "(3, 1, 6)",
+        ),
+        (
+            torch.randn(2, 5, 2, 16),
+            torch.arange(5).expand(3, 3, 5),
+            "bshd",
+            "(3, 5) or (3, 2, 5)",
+            "(3, 3, 5)",
+        ),
+        (torch.randn(5, 2, 16), torch.arange(5).expand(3, 1, 5), "thd", "(3, 5)", "(3, 1, 5)"),
+    ]
+    for q, pos, fmt, want, got in cases:
+        msg = f"positions must have shape {want} for q of shape {tuple(q.shape)}, got {got}"
+        with pytest.raises(ValueError) as e:
+            apply_rope_axes(q, None, pos, spec, format=fmt)  # type: ignore[arg-type]
+        assert str(e.value) == msg
+    # axes differ: the first call builds tables and remembers them for the next call with this very tensor
+    pos = torch.tensor([[0, 1, 2, 3, 4], [0, 0, 1, 1, 2], [0, 1, 0, 1, 0]])
+    apply_rope_axes(torch.randn(1, 5, 2, 16), None, pos, spec)
+    q6 = torch.randn(1, 6, 2, 16)
+    msg = "positions must have shape (3, 6) or (3, 1, 6) for q of shape (1, 6, 2, 16), got (3, 5)"
+    with pytest.raises(ValueError) as e:
+        apply_rope_axes(q6, None, pos, spec)
+    assert str(e.value) == msg
+    with pytest.raises(ValueError) as e:
+        Rotary(spec)(q6, None, positions=pos)
+    assert str(e.value) == msg
+    # Rotary with every axis equal (it rotates by the 1-D row): the message still names the shape given
+    with pytest.raises(ValueError) as e:
+        Rotary(spec)(q6, None, positions=torch.arange(5).expand(3, 5))
+    assert str(e.value) == msg
+
+
 def test_errors_name_the_argument() -> None:
     spec = qwen2_vl_spec(16, 1e4, (2, 3, 3))
     q = torch.randn(2, 7, 4, 16)
@@ -225,8 +269,12 @@ def test_errors_name_the_argument() -> None:
         apply_rope_axes(q, None, torch.zeros(2, 2, 7, dtype=torch.int64), spec)
     with pytest.raises(ValueError, match="spec has no axes"):
         apply_rope_axes(q, None, torch.zeros(3, 7, dtype=torch.int64), RopeSpec(16))
-    with pytest.raises(ValueError, match=r"positions must have shape \(7,\)"):
+    with pytest.raises(ValueError) as e:
         apply_rope_axes(q, None, torch.zeros(3, 5, dtype=torch.int64), spec)
+    assert (
+        str(e.value)
+        == "positions must have shape (3, 7) or (3, 2, 7) for q of shape (2, 7, 4, 16), got (3, 5)"
+    )
     with pytest.raises(ValueError, match="float32/float64"):
         apply_rope_axes(q, None, torch.zeros(3, 7, dtype=torch.bfloat16), spec)
     with pytest.raises(ValueError, match="must be finite"):
@@ -341,9 +389,7 @@ def test_equal_axes_take_the_one_d_path_bit_identically(kind: str, monkeypatch: 
     monkeypatch.setattr(at, "rotary_forward_axes", lambda *a: taken.append("multi") or real_fwd(*a))
     monkeypatch.setattr(at, "_gather_bands", lambda *a: taken.append("multi") or real_gather(*a))
     real_planned = cpu_backend.Plan.call_axes
-    monkeypatch.setattr(
-        cpu_backend.Plan, "call_axes", lambda *a: taken.append("planned") or real_planned(*a)
-    )
+    monkeypatch.setattr(cpu_backend.Plan, "call_axes", lambda *a: taken.append("planned") or real_planned(*a))
     axis_plan._PLANS.clear()  # no plan for this geometry yet: the first call is validated
     got = call(pos)
     assert taken == [] and torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])  # type: ignore[arg-type]

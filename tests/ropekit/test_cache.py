@@ -86,3 +86,254 @@ def test_dynamic_staleness_is_exact_about_the_boundary() -> None:
     dyn, lr = SPECS["dynamic"], SPECS["longrope"]
     assert not dyn.keys_stale(4, L0) and dyn.keys_stale(L0, L0 + 1) and dyn.keys_stale(L0 + 1, L0 + 2)
     assert not lr.keys_stale(4, L0) and lr.keys_stale(L0, L0 + 1) and not lr.keys_stale(L0 + 1, 10 * L0)
+
+
+# ---------------------------------------------------------------- argument validation (before k is touched)
+
+LR = SPECS["longrope"]  # dynamic: without validation these calls would rotate k in place
+S = 10
+
+
+def _keys(s: int = S, spec: RopeSpec = LR, fmt: str = "bshd") -> torch.Tensor:
+    """Keys rotated at positions 0..s-1 for length s (what a cache of s tokens holds)."""
+    kr = _rot(torch.randn(1, s, 2, spec.head_dim, dtype=torch.float64), torch.arange(s), spec, s)
+    return kr.transpose(1, 2).contiguous() if fmt == "bhsd" else kr
+
+
+def _rot(x: torch.Tensor, pos: torch.Tensor, spec: RopeSpec, length: int) -> torch.Tensor:
+    """x ("bshd") rotated at pos with the frequencies of ``length``."""
+    from ropekit import apply_rope_tables, rope_tables
+
+    cos, sin = rope_tables(pos, spec, seq_len=length, dtype=torch.float64)
+    return apply_rope_tables(x, None, cos, sin, spec)[0]
+
+
+def _refused(k: torch.Tensor, exc: type[Exception], match: str, *args: object, **kw: object) -> None:
+    before = k.clone()
+    with pytest.raises(exc, match=match):
+        rerotate_keys(k, *args, **kw)  # type: ignore[arg-type]
+    assert torch.equal(k.view(torch.int64), before.view(torch.int64))  # bit-identical
+
+
+def test_valid_call_rerotates_to_the_frequencies_of_the_new_length() -> None:
+    """Positive control for the refusals below: the same k, positions 0..from_len-1 (the largest valid one
+    included), is rotated in place to what rotating the raw keys for to_len gives (oracle: rope_tables)."""
+    raw = torch.randn(1, L0, 2, 16, dtype=torch.float64)
+    pos = torch.arange(L0)
+    k, want = _rot(raw, pos, LR, L0), _rot(raw, pos, LR, L0 + 1)
+    assert (k - want).abs().max() > 1e-3  # stale: the call below must change k
+    assert rerotate_keys(k, pos, LR, from_len=L0, to_len=L0 + 1) is k
+    torch.testing.assert_close(k, want, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("fmt", "positions", "match"),
+    [
+        (
+            "bshd",
+            torch.arange(7),
+            (
+                r"positions must have shape \(10,\) or \(1, 10\) for k of shape \(1, 10, 2, 16\) "
+                r"\(format='bshd'\), got \(7,\)"
+            ),
+        ),
+        ("bshd", torch.arange(2 * S).view(2, S), r"positions must have shape .* got \(2, 10\)"),
+        (
+            "bhsd",
+            torch.arange(2),
+            (
+                r"positions must have shape \(10,\) or \(1, 10\) for k of shape \(1, 2, 10, 16\) "
+                r"\(format='bhsd'\), got \(2,\)"
+            ),
+        ),
+        (
+            "bshd",
+            torch.arange(S, dtype=torch.float16),
+            r"positions must have an integer or float32/float64 dtype",
+        ),
+    ],
+)
+def test_positions_of_the_wrong_shape_or_dtype_are_refused_naming_positions(
+    fmt: str, positions: torch.Tensor, match: str
+) -> None:
+    _refused(_keys(fmt=fmt), ValueError, match, positions, LR, from_len=S, to_len=L0 + 1, format=fmt)
+
+
+def test_k_of_the_wrong_head_dim_rank_or_dtype_is_refused_naming_k() -> None:
+    pos = torch.arange(S)
+    k = torch.randn(1, S, 2, 8, dtype=torch.float64)
+    _refused(
+        k,
+        ValueError,
+        r"k must have shape \(batch, seq, heads, head_dim\) with head_dim=16 for "
+        r"format='bshd', got shape \(1, 10, 2, 8\)",
+        pos,
+        LR,
+        from_len=S,
+        to_len=L0 + 1,
+    )
+    k = torch.randn(S, 2, 16, dtype=torch.float64)
+    _refused(
+        k, ValueError, r"k must have shape .* got shape \(10, 2, 16\)", pos, LR, from_len=S, to_len=L0 + 1
+    )
+    k = torch.ones(1, S, 2, 16, dtype=torch.int64)
+    _refused(
+        k,
+        ValueError,
+        r"k must be float32, float64, bfloat16 or float16, got torch\.int64",
+        pos,
+        LR,
+        from_len=S,
+        to_len=L0 + 1,
+    )
+    with pytest.raises(TypeError, match=r"k must be a torch\.Tensor, got list"):
+        rerotate_keys([0.0], pos, LR, from_len=S, to_len=L0 + 1)  # type: ignore[arg-type]
+
+
+def test_the_user_trial_repro_names_k_and_positions() -> None:
+    """The calls of the user trial (Phi-3 mini 128k: LongRoPE, head_dim 96), with fewer positions."""
+    from ropekit.presets import preset_spec
+
+    phi3 = preset_spec("phi-3-mini-128k")
+    k = torch.randn(1, 64, 4, 96)
+    kw = {"from_len": 4096, "to_len": 4097}
+    _refused(
+        k,
+        ValueError,
+        r"^positions must have shape \(64,\) or \(1, 64\) .* got \(100,\)$",
+        torch.arange(100),
+        phi3,
+        **kw,
+    )
+    _refused(
+        torch.randn(1, 10, 4, 64),
+        ValueError,
+        r"^k must have shape .*head_dim=96.* got shape \(1, 10, 4, 64\)$",
+        torch.arange(10),
+        phi3,
+        **kw,
+    )
+    _refused(
+        torch.ones(1, 10, 4, 96, dtype=torch.long),
+        ValueError,
+        r"^k must be .* got torch\.int64$",
+        torch.arange(10),
+        phi3,
+        **kw,
+    )
+    _refused(
+        k[:, :10].clone(),
+        ValueError,
+        r"^positions must lie in \[0, from_len\) = \[0, 4096\) .*"
+        r"got values in \[5000, 5009\]$",
+        torch.arange(5000, 5010),
+        phi3,
+        **kw,
+    )
+
+
+BAD_LENGTHS = [
+    (-1, ValueError, r"must be an int >= 1 \(a sequence length\), got -1"),
+    (0, ValueError, r"must be an int >= 1 \(a sequence length\), got 0"),
+    (16.5, TypeError, r"must be an int >= 1 \(a sequence length\), got 16\.5"),
+    (16.0, TypeError, r"must be an int >= 1 \(a sequence length\), got 16\.0"),
+    (True, TypeError, r"must be an int >= 1 \(a sequence length\), got True"),
+    (torch.tensor(16), TypeError, r"must be an int >= 1 \(a sequence length\), got tensor\(16\)"),
+]
+
+
+@pytest.mark.parametrize("arg", ["from_len", "to_len"])
+@pytest.mark.parametrize(("value", "exc", "match"), BAD_LENGTHS, ids=repr)
+@pytest.mark.parametrize("spec", [LR, RopeSpec(16, scaling=Linear(4.0))], ids=["dynamic", "static"])
+def test_rerotate_refuses_impossible_lengths(
+    arg: str, value: object, exc: type[Exception], match: str, spec: RopeSpec
+) -> None:
+    kw: dict[str, object] = {"from_len": L0, "to_len": L0 + 1, arg: value}
+    _refused(_keys(), exc, f"^{arg} {match}$", torch.arange(S), spec, **kw)
+
+
+@pytest.mark.parametrize("arg", ["cached_len", "new_len"])
+@pytest.mark.parametrize(("value", "exc", "match"), BAD_LENGTHS, ids=repr)
+def test_keys_stale_refuses_impossible_lengths(
+    arg: str, value: object, exc: type[Exception], match: str
+) -> None:
+    from ropekit.cache import keys_stale
+
+    kw: dict[str, object] = {"cached_len": L0, "new_len": L0 + 1}
+    assert LR.keys_stale(**kw) and keys_stale(LR, **kw)  # type: ignore[arg-type]  # valid: True
+    kw[arg] = value
+    for spec in (LR, RopeSpec(16, scaling=Linear(4.0))):
+        with pytest.raises(exc, match=f"^{arg} {match}$"):
+            spec.keys_stale(**kw)  # type: ignore[arg-type]
+        with pytest.raises(exc, match=f"^{arg} {match}$"):
+            keys_stale(spec, **kw)  # type: ignore[arg-type]
+
+
+def test_keys_stale_refuses_a_negative_cached_length_it_used_to_call_fresh() -> None:
+    """The user trial: phi3.keys_stale(-5, 3) returned False."""
+    from ropekit.presets import preset_spec
+
+    with pytest.raises(ValueError, match=r"^cached_len must be an int >= 1 \(a sequence length\), got -5$"):
+        preset_spec("phi-3-mini-128k").keys_stale(-5, 3)
+
+
+@pytest.mark.parametrize(
+    ("positions", "got"),
+    [
+        (torch.arange(S) + 1, r"\[1, 10\]"),  # max == from_len: one past the last position of length 10
+        (torch.arange(S) - 1, r"\[-1, 8\]"),
+        (torch.arange(5000, 5000 + S), r"\[5000, 5009\]"),
+        (torch.arange(S, dtype=torch.float64) + 0.5, r"\[0\.5, 9\.5\]"),  # 9.5 < 10: this one is fine ...
+    ],
+)
+def test_positions_outside_the_cached_length_are_refused(positions: torch.Tensor, got: str) -> None:
+    k = _keys()
+    kw = {"from_len": S, "to_len": L0 + 1}
+    if float(positions.max()) < S and float(positions.min()) >= 0:  # ... accepted, and k is rotated
+        before = k.clone()
+        rerotate_keys(k, positions, LR, **kw)  # type: ignore[arg-type]
+        assert not torch.equal(k, before)
+        return
+    _refused(
+        k,
+        ValueError,
+        rf"^positions must lie in \[0, from_len\) = \[0, 10\) .* got values in {got}$",
+        positions,
+        LR,
+        **kw,
+    )
+
+
+def test_batched_positions_are_checked_over_every_row() -> None:
+    k = torch.cat([_keys(), _keys()])
+    pos = torch.stack([torch.arange(S), torch.arange(S) + 3])  # row 1 reaches 12 >= from_len = 10
+    _refused(
+        k,
+        ValueError,
+        r"positions must lie in \[0, from_len\) = \[0, 10\) .* got values in \[0, 12\]",
+        pos,
+        LR,
+        from_len=S,
+        to_len=L0 + 1,
+    )
+
+
+def test_an_expanded_k_is_refused_naming_k_and_left_alone() -> None:
+    k = _keys(1).expand(1, S, 2, 16)
+    _refused(
+        k,
+        ValueError,
+        r"inplace=True but k has overlapping memory",
+        torch.arange(S),
+        LR,
+        from_len=S,
+        to_len=L0 + 1,
+    )
+
+
+def test_bad_spec_format_and_inplace_are_refused_naming_them() -> None:
+    pos = torch.arange(S)
+    kw: dict[str, object] = {"from_len": S, "to_len": L0 + 1}
+    _refused(_keys(), TypeError, r"^spec must be a ropekit\.RopeSpec, got dict$", pos, {}, **kw)
+    _refused(_keys(), ValueError, r"^format must be one of .* got 'bsdh'$", pos, LR, format="bsdh", **kw)
+    _refused(_keys(), TypeError, r"^inplace must be a bool, got 1$", pos, LR, inplace=1, **kw)

@@ -164,3 +164,23 @@ def test_traced_checks_still_refuse_bad_values() -> None:
     write = torch.compile(ropekit.rope_cache_write, fullgraph=True, backend="eager")
     with pytest.raises(RuntimeError, match="offsets must fit 3 new tokens"):
         write(k, k, ck, ck.clone(), torch.tensor([2]), S)  # 2 + 3 > 4 rows
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf"), 2.0**63])
+@pytest.mark.parametrize("entry", ["apply_rope", "Rotary", "rope_tables"])
+def test_compiled_float_positions_are_checked_on_the_device(entry: str, bad: float) -> None:
+    """Eager calls refuse non-finite / too large float positions; traced ones must not return NaN silently."""
+    from ropekit import RopeSpec, Rotary, apply_rope, rope_tables
+
+    spec, q = RopeSpec(8), torch.randn(1, 4, 2, 8)
+    rope = Rotary(spec)
+    calls = {
+        "apply_rope": lambda p: apply_rope(q, None, p, spec)[0],
+        "Rotary": lambda p: rope(q, positions=p)[0],
+        "rope_tables": lambda p: rope_tables(p, spec)[0],
+    }
+    f = torch.compile(calls[entry], fullgraph=True, backend="aot_eager")
+    good = torch.tensor([0.0, 1.0, 2.5, 3.0])
+    torch.testing.assert_close(f(good), calls[entry](good), rtol=0, atol=0)
+    with pytest.raises(RuntimeError, match="positions must be finite with magnitude below 2\\*\\*63"):
+        f(torch.tensor([0.0, bad, 1.0, 2.0]))

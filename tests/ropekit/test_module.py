@@ -122,3 +122,21 @@ def test_cache_follows_the_device() -> None:
     torch.testing.assert_close(
         out.cpu().double(), reference_rope(q.cpu(), torch.arange(8), SPEC), rtol=0, atol=1e-5
     )
+
+
+@pytest.mark.parametrize("fmt", ["bshd", "bhsd", "thd"])
+def test_float64_inputs_are_rotated_in_float64(fmt: str) -> None:
+    """The module's cache holds float32 rows; float64 q/k must not go through them (5e-8 error before the fix)."""
+    spec = RopeSpec(8, base=100.0, rotary_dim=6)
+    shape = {"bshd": (2, 3, 2, 8), "bhsd": (2, 2, 3, 8), "thd": (3, 2, 8)}[fmt]
+    q, k = torch.randn(shape, dtype=torch.float64), torch.randn(shape, dtype=torch.float64)
+    pos = torch.arange(3) + 1000
+    rope = Rotary(spec, format=fmt)  # type: ignore[arg-type]
+    rope(q.float(), positions=pos)  # fill the float32 cache first: the float64 call must still not read it
+    qr, kr = rope(q, k, positions=pos)
+    assert qr.dtype == kr.dtype == torch.float64  # type: ignore[union-attr]
+    for x, xr in ((q, qr), (k, kr)):
+        assert (xr - reference_rope(x, pos, spec, format=fmt)).abs().max() < 1e-12  # type: ignore[operator]
+    # mixed: a float64 k beside a float32 q is exact too; q stays float32-accurate
+    qr, kr = rope(q.float(), k, positions=pos)
+    assert (kr - reference_rope(k, pos, spec, format=fmt)).abs().max() < 1e-12  # type: ignore[operator]

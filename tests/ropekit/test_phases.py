@@ -101,3 +101,26 @@ def test_traced_tables_equal_eager_tables(name: str) -> None:
     cos_e, sin_e = rope_tables(positions, spec, seq_len=seq_len)
     torch.testing.assert_close(cos, cos_e, rtol=0, atol=0)
     torch.testing.assert_close(sin, sin_e, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    ("bad", "err"), [(0, ValueError), (-5, ValueError), (True, TypeError), (2.5, TypeError)]
+)
+def test_seq_len_must_be_a_length(bad: object, err: type[Exception]) -> None:
+    """A dynamic map reads seq_len; 0, negative or fractional lengths used to mean "unscaled" silently."""
+    from ropekit.scaling import DynamicNTK
+
+    spec = RopeSpec(8, scaling=DynamicNTK(2.0, 10))
+    for call in (
+        lambda: rope_tables(torch.arange(3), spec, seq_len=bad),  # type: ignore[arg-type]
+        lambda: spec.frequencies(bad),  # type: ignore[arg-type]
+        lambda: spec.inv_freq(bad),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(
+            err, match=rf"seq_len must be an int >= 1 \(a sequence length\) or None, got {bad!r}"
+        ):
+            call()
+    # an integer-like length is a length: numpy's int64 gives the int's frequencies
+    np = pytest.importorskip("numpy")
+    assert torch.equal(spec.frequencies(np.int64(40)), spec.frequencies(40))
+    assert not torch.equal(spec.frequencies(40), spec.frequencies(10))  # scaled past 10: the length is read

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -99,3 +101,11 @@ def test_kv_cache_decoding_with_offsets_matches_full_sequence() -> None:
         cache.append(step_k)
         torch.testing.assert_close(step_q, fq[:, t : t + 1], rtol=0, atol=0)
     torch.testing.assert_close(torch.cat(cache, 1), fk, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(("bad", "err"), [(1.5, TypeError), ("x", TypeError), (True, TypeError)])
+def test_pad_position_must_be_an_int(bad: object, err: type[Exception]) -> None:
+    """1.5 used to become 1 silently and "x" gave int()'s bare message."""
+    with pytest.raises(err, match=rf"pad_position must be an int, got {re.escape(repr(bad))}"):
+        positions_from_mask(torch.tensor([[0, 1, 1]]), pad_position=bad)  # type: ignore[arg-type]
+    assert positions_from_mask(torch.tensor([[0, 1, 1]]), pad_position=-7).tolist() == [[-7, 0, 1]]

@@ -158,19 +158,56 @@ def reads_buffers(
     return any(not torch.equal(a, b) for a, b in zip(ref, run(probe)))
 
 
+def _round_trip_dtype(got: torch.Tensor, want: torch.Tensor) -> torch.dtype | None:
+    """The dtype of :data:`ROUNDED_DTYPES` whose round trip (want -> dtype -> float32) can give ``got``, or None.
+
+    A round trip leaves values on the dtype's grid, each within half a unit in the last place of the exact value:
+    ``u |w|`` (unit roundoff u = 2^-11 float16, 2^-8 bfloat16) for normal values, half the subnormal spacing
+    (2^-25 for float16) below them -- so a float16 round trip can move a small frequency by far more than 2^-11
+    relative (a frequency below 2^-25 ~ 3e-8 becomes 0: relative difference 1), and a fixed relative threshold
+    cannot tell it from a config mismatch. Slack 1e-6 relative: transformers computes the frequencies in float32.
+
+    Shapes: got, want [n] float64.
+    """
+    mag = want.abs()
+    for dt in ROUNDED_DTYPES:
+        fi = torch.finfo(dt)
+        u = fi.eps / 2
+        tol = torch.clamp_min(mag * u, fi.smallest_normal * u) * (1 + u) + 1e-6 * mag
+        if torch.equal(got.to(dt).double(), got) and bool(((got - want).abs() <= tol).all()):
+            return dt
+    return None
+
+
 def buffer_hint(module: nn.Module, spec: RopeSpec, lt: str | None) -> str:
-    """Why a module's tables may differ: its inv_freq buffer is not its config's frequencies (e.g. a model cast to
-    float16 and back: rounded values in a float32 buffer)."""
-    buf = module._buffers.get("inv_freq" if lt is None else f"{lt}_inv_freq")
+    """Why a module's tables may differ: its inv_freq buffer is not its config's frequencies.
+
+    Either a model cast to float16 / bfloat16 and back (rounded values in a float32 buffer: the buffer's values are
+    the config's, rounded to that dtype), or a rotary module whose frequencies are not its config's at all (a
+    config edited after the model was built: more than any round trip can cause, see :func:`_round_trip_dtype`).
+    """
+    name = "inv_freq" if lt is None else f"{lt}_inv_freq"
+    buf = module._buffers.get(name)
     if buf is None or spec.dynamic or buf.numel() != spec.n_bands:
         return ""
     want = spec.frequencies()
-    rel = float(((buf.detach().cpu().double() - want).abs() / want.clamp_min(1e-300)).max())
+    got = buf.detach().cpu().double().flatten()
+    rel = float(((got - want).abs() / want.clamp_min(1e-300)).max())
     if rel <= 1e-6:
         return ""
+    head = (
+        f"; its {name} buffer ({buf.dtype}) differs from its config's frequencies by up to {rel:.1e} relative"
+    )
+    dt = _round_trip_dtype(got, want)
+    if dt is not None:
+        return (
+            f"{head}, as a round trip through {dt} gives (cast to a lower precision and back? rebuild or reload "
+            "the model)"
+        )
     return (
-        f"; its {'inv_freq' if lt is None else f'{lt}_inv_freq'} buffer ({buf.dtype}) differs from its config's "
-        f"frequencies by up to {rel:.1e} relative (cast to a lower precision and back? rebuild or reload the model)"
+        f"{head}, more than a round trip through float16 or bfloat16 can cause: the rotary module's frequencies "
+        "do not match its config (was the config edited after the model was built? rebuild the model from the "
+        "edited config)"
     )
 
 

@@ -17,6 +17,7 @@ required keys, wrong list lengths, non-finite values) raises ``ValueError`` nami
 
 from __future__ import annotations
 
+import difflib
 import math
 import warnings
 from typing import Any, Literal
@@ -105,16 +106,47 @@ def _is_nested(rp: dict[str, Any]) -> bool:
     return bool(rp) and all(isinstance(v, dict) or v is None for v in rp.values())
 
 
+#: GPT-2-style names of the config keys the head dim is read from (GPT-J and CodeGen configs, their config.json
+#: and their config objects' ``to_dict()``, spell them this way; transformers maps them with ``attribute_map``)
+_LEGACY_NAMES = {"hidden_size": "n_embd", "num_attention_heads": "n_head"}
+
+
+def _config_int(cfg: dict[str, Any], key: str) -> tuple[str, int] | None:
+    """(the name the config uses, its value) for ``key`` or its GPT-2-style name; None when neither is set."""
+    for name in (key, _LEGACY_NAMES.get(key)):
+        if name is not None and cfg.get(name) is not None:
+            v = cfg[name]
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"config {name}={v!r} must be a positive integer")
+            return name, v
+    return None
+
+
 def _head_dim(cfg: dict[str, Any]) -> int:
-    if cfg.get("qk_rope_head_dim") is not None:
-        return int(cfg["qk_rope_head_dim"])
-    if cfg.get("head_dim") is not None:
-        return int(cfg["head_dim"])
-    if cfg.get("hidden_size") and cfg.get("num_attention_heads"):
-        return int(cfg["hidden_size"]) // int(cfg["num_attention_heads"])
-    raise ValueError(
-        "config needs head_dim (or hidden_size and num_attention_heads) to know the head dimension"
-    )
+    for key in ("qk_rope_head_dim", "head_dim"):
+        if cfg.get(key) is not None:
+            return int(cfg[key])
+    hidden, heads = _config_int(cfg, "hidden_size"), _config_int(cfg, "num_attention_heads")
+    if hidden is None or heads is None:
+        raise ValueError(
+            "config needs head_dim (or hidden_size and num_attention_heads, n_embd and n_head in GPT-J-style "
+            "configs) to know the head dimension"
+        )
+    if hidden[1] % heads[1]:
+        raise ValueError(
+            f"config {hidden[0]}={hidden[1]} is not divisible by {heads[0]}={heads[1]}, so the head dimension is "
+            "not their quotient; set head_dim"
+        )
+    return hidden[1] // heads[1]
+
+
+def _did_you_mean(unknown: list[str], known: set[str]) -> str:
+    close = {u: m[0] for u in unknown if (m := difflib.get_close_matches(u, sorted(known), n=1, cutoff=0.75))}
+    return f" (did you mean {', '.join(f'{m!r} for {u!r}' for u, m in close.items())}?)" if close else ""
+
+
+def _unknown_note(unknown: list[str], known: set[str]) -> str:
+    return f"; unknown keys {unknown}{_did_you_mean(unknown, known)}" if unknown else ""
 
 
 def _rope_dict(cfg: dict[str, Any], layer_type: str | None, model_type: str) -> dict[str, Any]:
@@ -315,17 +347,20 @@ def spec_from_hf(
     if t not in KNOWN_KEYS:
         raise ValueError(f"unknown rope_type {t!r}; known: {sorted(KNOWN_KEYS)}")
     required, optional = KNOWN_KEYS[t]
+    known = _COMMON | required | optional
     missing = sorted(k for k in required if rp.get(k) is None)
+    unknown = sorted(set(rp) - known)
     if missing:
-        if t == "proportional" and missing == ["partial_rotary_factor"]:
+        if t == "proportional" and missing == ["partial_rotary_factor"] and not unknown:
             r.problem("rope_type 'proportional' without partial_rotary_factor is plain RoPE; set the factor")
             rp["partial_rotary_factor"] = 1.0
-        else:
-            raise ValueError(f"rope_type {t!r} requires {missing}; got keys {sorted(rp)}")
-    unknown = sorted(set(rp) - _COMMON - required - optional)
+        else:  # a misspelt required key is both missing and unknown: say both, with the likely spelling
+            raise ValueError(
+                f"rope_type {t!r} requires {missing}; got keys {sorted(rp)}{_unknown_note(unknown, known)}"
+            )
     if unknown:
         r.problem(
-            f"unknown keys {unknown} for rope_type {t!r}; known: {sorted(_COMMON | required | optional)}"
+            f"unknown keys {unknown} for rope_type {t!r}; known: {sorted(known)}{_did_you_mean(unknown, known)}"
         )
     base = _num(r, rp, "rope_theta") if rp.get("rope_theta") is not None else 10_000.0
     prf = (

@@ -63,6 +63,8 @@ def positions_from_mask(attention_mask: torch.Tensor, *, pad_position: int = 0) 
         >>> positions_from_mask(torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1]])).tolist()
         [[0, 0, 0, 1], [0, 1, 2, 3]]
     """
+    if isinstance(pad_position, bool) or not isinstance(pad_position, int):
+        raise TypeError(f"pad_position must be an int, got {pad_position!r}")
     m = attention_mask
     if not isinstance(m, torch.Tensor) or m.dim() != 2:
         shape = tuple(m.shape) if isinstance(m, torch.Tensor) else type(m).__name__
@@ -78,7 +80,7 @@ def positions_from_mask(attention_mask: torch.Tensor, *, pad_position: int = 0) 
             )
     real = m.to(torch.bool)
     pos = real.to(torch.int64).cumsum(-1) - 1
-    return pos.masked_fill(~real, int(pad_position))
+    return pos.masked_fill(~real, pad_position)
 
 
 def positions_from_cu_seqlens(cu_seqlens: torch.Tensor, *, total: int | None = None) -> torch.Tensor:

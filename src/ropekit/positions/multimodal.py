@@ -22,11 +22,15 @@ Shapes: b batch, L padded sequence length.
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
+
+from ropekit.positions.time import _check_real_start, _check_steps
 
 __all__ = [
     "FAMILIES",
@@ -45,8 +49,32 @@ Rule = Literal["v4", "v5"]
 FAMILIES: tuple[str, ...] = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "glm4v")
 
 
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
+
+
 def _pos_int(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool) and x > 0
+
+
+def _pos_finite(x: object) -> bool:
+    """A real number (not bool), finite and > 0: inf would make ``i * second_per_grid_t * tokens_per_second``
+    NaN at i = 0 and infinite after."""
+    return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x) and float(x) > 0
+
+
+def _check_start_int(start: object) -> int:
+    """``start`` of the int64 ids: an int (not bool, not a float: no silent truncation) within int64."""
+    if isinstance(start, bool) or not isinstance(start, int):
+        raise TypeError(f"start must be an int, got {start!r} ({type(start).__name__})")
+    if not _I64_MIN <= start <= _I64_MAX:
+        raise ValueError(f"start must fit int64 (the ids' dtype), got {start!r}")
+    return start
+
+
+def _check_fits(last: int, what: str) -> None:
+    """Refuse ids past int64 before building them (int64 addition would wrap silently)."""
+    if last > _I64_MAX:
+        raise ValueError(f"M-RoPE ids overflow int64: {what} reaches id {last} > 2^63 - 1")
 
 
 @dataclass(frozen=True)
@@ -71,8 +99,8 @@ class VisionBlock:
             )
         object.__setattr__(self, "grid_thw", g)
         s = self.second_per_grid_t
-        if s is not None and (isinstance(s, bool) or not isinstance(s, (int, float)) or not s > 0):
-            raise ValueError(f"VisionBlock.second_per_grid_t must be a positive number or None, got {s!r}")
+        if s is not None and not _pos_finite(s):
+            raise ValueError(f"VisionBlock.second_per_grid_t must be a finite number > 0 or None, got {s!r}")
 
     def tokens(self, merge: int) -> int:
         t, h, w = self.grid_thw
@@ -86,8 +114,8 @@ def _check_common(family: str, rule: str, merge: int, tps: float) -> None:
         raise ValueError(f"rule must be 'v4' or 'v5', got {rule!r}")
     if not _pos_int(merge):
         raise ValueError(f"spatial_merge_size must be a positive int, got {merge!r}")
-    if isinstance(tps, bool) or not isinstance(tps, (int, float)) or not tps > 0:
-        raise ValueError(f"tokens_per_second must be a positive number, got {tps!r}")
+    if not _pos_finite(tps):
+        raise ValueError(f"tokens_per_second must be a finite number > 0, got {tps!r}")
 
 
 def _block_ids(block: VisionBlock, cur: int, family: str, merge: int, tps: float) -> torch.Tensor:
@@ -99,9 +127,16 @@ def _block_ids(block: VisionBlock, cur: int, family: str, merge: int, tps: float
     hh, ww = h // merge, w // merge
     if block.video and family == "qwen2_5_vl":
         spg = 1.0 if block.second_per_grid_t is None else float(block.second_per_grid_t)
+        last = (t - 1) * spg * tps  # the largest step (spg, tps > 0: the steps do not decrease)
+        if not math.isfinite(last) or cur + int(last) > _I64_MAX:
+            raise ValueError(
+                f"M-RoPE ids overflow int64: frame {t - 1} of VisionBlock.grid_thw={block.grid_thw} sits at "
+                f"{cur} + {t - 1} * second_per_grid_t={spg!r} * tokens_per_second={tps!r} > 2^63 - 1"
+            )
         steps = [int(i * spg * tps) for i in range(t)]  # float64 product first, then truncation toward zero
     else:
         steps = list(range(t))
+    _check_fits(cur + max(steps[-1], hh - 1, ww - 1), f"VisionBlock.grid_thw={block.grid_thw}")
     tt = torch.tensor(steps, dtype=torch.int64)
     grid = torch.stack(
         torch.meshgrid(tt, torch.arange(hh), torch.arange(ww), indexing="ij")  # [3, T, H', W']
@@ -138,17 +173,23 @@ def mrope_positions(
         spatial_merge_size: m, patches merged per side into one LLM token (2 for every family here).
         tokens_per_second: Qwen2.5-VL's ``vision_config.tokens_per_second`` (released checkpoints: 2).
         rule: "v4" (default; the original model code) or "v5" (transformers 5.x advance rule).
-        start: position of the first token.
+        start: position of the first token, an int (ids past int64 are refused, not wrapped).
 
     Returns:
         int64 [3, L] with L the number of tokens.
+
+    Raises:
+        ValueError: naming the argument (family, rule, spatial_merge_size, tokens_per_second, segments, start or
+            ids past int64).
+        TypeError: start not an int.
 
     Example:
         >>> mrope_positions([2, VisionBlock((1, 4, 6)), 2])[1].tolist()
         [0, 1, 2, 2, 2, 3, 3, 3, 5, 6]
     """
     _check_common(family, rule, spatial_merge_size, tokens_per_second)
-    cur, top = int(start), int(start) - 1
+    cur = _check_start_int(start)
+    top = cur - 1
     parts: list[torch.Tensor] = []
     items = [x for seg in segments for x in _split_frames(seg, family)]
     for seg in items:
@@ -158,6 +199,7 @@ def mrope_positions(
             _, h, w = seg.grid_thw
             cur = top + 1 if rule == "v4" else cur + max(h, w) // spatial_merge_size
         elif isinstance(seg, int) and not isinstance(seg, bool) and seg >= 0:
+            _check_fits(cur + seg - 1, f"a text run of {seg} tokens")
             ids = (torch.arange(seg, dtype=torch.int64) + cur).expand(3, seg)
             cur += seg
             top = max(top, cur - 1)
@@ -219,7 +261,12 @@ def mrope_position_ids(
         )
     images = [tuple(int(v) for v in g) for g in (image_grid_thw if image_grid_thw is not None else [])]
     videos = [tuple(int(v) for v in g) for g in (video_grid_thw if video_grid_thw is not None else [])]
-    spgs = [float(s) for s in second_per_grid_ts] if second_per_grid_ts is not None else [1.0] * len(videos)
+    spgs: list[float] = []
+    for i, s in enumerate(second_per_grid_ts if second_per_grid_ts is not None else [1.0] * len(videos)):
+        v = s.item() if isinstance(s, torch.Tensor) and s.numel() == 1 else s
+        if not _pos_finite(v):
+            raise ValueError(f"second_per_grid_ts[{i}] must be a finite number > 0, got {s!r}")
+        spgs.append(float(v))
     if len(spgs) != len(videos):
         raise ValueError(f"second_per_grid_ts has {len(spgs)} entries for {len(videos)} videos")
     queues = {
@@ -354,14 +401,20 @@ def videorope_positions(
     temporal allocation).
 
     Returns:
-        [3, L]: int64 when ``delta`` is an integer, float64 otherwise (fractional positions are exact).
+        [3, L]: int64 when ``delta`` and ``start`` are integers, float64 otherwise (fractional positions are
+        exact).
+
+    Raises:
+        ValueError: naming the argument (delta not finite and > 0, start not finite, bad segments, positions
+            reaching 2^53, where float64 cannot step by 1).
+        TypeError: start not a real number.
     """
-    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not delta > 0:
-        raise ValueError(f"delta must be a positive number, got {delta!r}")
+    if not _pos_finite(delta):
+        raise ValueError(f"delta must be a finite number > 0, got {delta!r}")
     m = spatial_merge_size
     if not _pos_int(m):
         raise ValueError(f"spatial_merge_size must be a positive int, got {m!r}")
-    cur = float(start)
+    cur = _check_real_start(start)
     parts: list[torch.Tensor] = []
     for seg in segments:
         if isinstance(seg, VisionBlock):
@@ -384,5 +437,7 @@ def videorope_positions(
         else:
             raise ValueError(f"segments must hold non-negative ints (text runs) or VisionBlocks, got {seg!r}")
         parts.append(ids)
-    out = torch.cat(parts, dim=1) if parts else torch.zeros(3, 0, dtype=torch.float64)
+    out = _check_steps(
+        torch.cat(parts, dim=1) if parts else torch.zeros(3, 0, dtype=torch.float64), "videorope"
+    )
     return out.to(torch.int64) if float(delta).is_integer() and float(start).is_integer() else out

@@ -5,9 +5,10 @@ ropekit takes float32/float64 positions on any axis and forms the angle ``p * th
 (:mod:`ropekit.phases`), so a real-valued position needs no integer cast. The phase of band i is then accurate to
 about ``|p| * theta_i * 2^-53`` rad plus the float64 rounding of p itself: below 1e-9 rad for ``|p| <= 1e6`` and
 below 1e-8 rad for ``|p| <= 1e7`` at the highest frequency (theta_0 = 1). Absolute times (Unix seconds ~1.7e9)
-must be re-referenced first (``reference=``): the subtraction happens here in float64 (multiaxis.md 9.3).
+must be re-referenced first (``reference=``): the subtraction happens here, in float64 for float timestamps and
+exactly in int64 for integer ones (int64 nanoseconds ~1.7e18 are past float64's 2^53; multiaxis.md 9.3).
 
-- :func:`time_positions`: ``(t - t_ref) / scale`` in float64, e.g. ``scale`` = seconds per position unit
+- :func:`time_positions`: ``(t - t_ref) / scale`` as float64, e.g. ``scale`` = seconds per position unit
   (Qwen2.5-VL's ``tokens_per_second`` is ``scale = 1 / tps``).
 - :func:`v2pe_positions`: text advances by 1, visual tokens by ``delta`` (Ge et al. 2024, "V2PE", arXiv
   2412.09616): token i of a visual run sits at ``cur + i * delta`` and the token after the run at
@@ -26,6 +27,45 @@ import torch
 __all__ = ["time_positions", "v2pe_positions"]
 
 _F32_EXACT = float(1 << 24)  # float32 spacing exceeds 1 beyond this
+_F64_STEP = 1 << 53  # float64 spacing exceeds 1 from here
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def _check_real_start(start: object) -> float:
+    """``start`` of float64 positions as a float: a finite real number (not bool) below 2^53 in magnitude."""
+    if isinstance(start, bool) or not isinstance(start, (int, float)):
+        raise TypeError(f"start must be a finite real number, got {start!r} ({type(start).__name__})")
+    if isinstance(start, float) and not math.isfinite(start):
+        raise ValueError(f"start must be a finite real number, got {start!r}")
+    if abs(start) >= _F64_STEP:
+        raise ValueError(
+            f"start must be below 2^53 in magnitude (float64 positions past it cannot step by 1), got {start!r}"
+        )
+    return float(start)
+
+
+def _check_steps(out: torch.Tensor, name: str) -> torch.Tensor:
+    """Refuse float64 positions that reached 2^53, where consecutive integers (and finer steps) merge."""
+    if out.numel() and float(out.abs().max()) >= _F64_STEP:
+        raise ValueError(
+            f"{name} positions reach {float(out.abs().max()):.17g} >= 2^53, where float64 cannot step by 1: "
+            "use a smaller start or fewer tokens"
+        )
+    return out
+
+
+def _read_timestamps(timestamps: object) -> torch.Tensor:
+    """A tensor as given; a (nested) sequence as int64 when it holds only ints (exact), else as float64."""
+    if isinstance(timestamps, torch.Tensor):
+        return timestamps
+    try:
+        t = torch.tensor(timestamps)  # ints -> int64; any float -> the default float dtype (float32): re-read
+        return torch.tensor(timestamps, dtype=torch.float64) if t.is_floating_point() else t
+    except (TypeError, ValueError, RuntimeError, OverflowError) as e:
+        raise ValueError(
+            f"timestamps must be a tensor or a sequence of numbers that fit int64 / float64, got a "
+            f"{type(timestamps).__name__} that torch cannot read ({e})"
+        ) from None
 
 
 def time_positions(
@@ -37,19 +77,28 @@ def time_positions(
     """Float64 positions ``(t - reference) / scale`` from timestamps.
 
     Args:
-        timestamps: [*P] float64 or integer timestamps (a list is read as float64). float32 is accepted only
-            below 2^24 in magnitude: beyond, float32 cannot even hold whole seconds and the input is already
-            rounded (pass float64 or int64).
-        reference: subtracted first (in float64); default the first timestamp (so the result starts at 0).
+        timestamps: [*P] float64 or integer timestamps (a list of ints is read as int64, any other list as
+            float64). float32 is accepted only below 2^24 in magnitude: beyond, float32 cannot even hold whole
+            seconds and the input is already rounded (pass float64 or int64).
+        reference: subtracted first: from integer timestamps exactly, in int64, before the conversion to
+            float64 (a fractional part of the reference after it); from float timestamps in float64. Default:
+            the first timestamp (so the result starts at 0).
         scale: time per position unit (> 0).
 
     Returns:
-        float64 [*P].
+        float64 [*P]. For integer timestamps the difference is exact and rounded once to float64 (exact when
+        below 2^53 in magnitude), so int64 nanoseconds keep every nanosecond after re-referencing.
 
     Raises:
-        ValueError: naming the argument (non-finite values, bad scale, lossy float32 input).
+        ValueError: naming the argument (non-finite values, bad scale, lossy float32 input, an integer difference
+            ``timestamps - reference`` outside int64).
+
+    Example:
+        >>> ns = torch.tensor([1_700_000_000_000_000_000, 1_700_000_000_123_456_789])
+        >>> time_positions(ns, scale=1e9).tolist()  # int64 ns -> seconds since the first timestamp
+        [0.0, 0.123456789]
     """
-    t = timestamps if isinstance(timestamps, torch.Tensor) else torch.tensor(timestamps, dtype=torch.float64)
+    t = _read_timestamps(timestamps)
     if t.dtype in (torch.float16, torch.bfloat16) or t.dtype == torch.bool or t.is_complex():
         raise ValueError(f"timestamps must be float64, float32 or integer, got {t.dtype}")
     if t.dtype == torch.float32 and t.numel() and float(t.abs().max()) >= _F32_EXACT:
@@ -57,24 +106,67 @@ def time_positions(
             f"timestamps are float32 with magnitude up to {float(t.abs().max()):.6g} >= 2^24, where float32 "
             "spacing exceeds 1: pass float64 or int64 timestamps"
         )
-    t = t.to(torch.float64)
-    if t.numel() and not bool(torch.isfinite(t).all()):
-        raise ValueError("timestamps must be finite")
+    if t.is_floating_point():
+        t = t.to(torch.float64)
+        if t.numel() and not bool(torch.isfinite(t).all()):
+            raise ValueError("timestamps must be finite")
     if (
         isinstance(scale, bool)
         or not isinstance(scale, (int, float))
         or not (math.isfinite(scale) and scale > 0)
     ):
         raise ValueError(f"scale must be a finite number > 0, got {scale!r}")
-    if reference is None:
-        ref = float(t.reshape(-1)[0]) if t.numel() else 0.0
-    elif (
-        isinstance(reference, bool) or not isinstance(reference, (int, float)) or not math.isfinite(reference)
+    if reference is not None and (
+        isinstance(reference, bool)
+        or not isinstance(reference, (int, float))
+        or (isinstance(reference, float) and not math.isfinite(reference))
     ):
         raise ValueError(f"reference must be a finite number or None, got {reference!r}")
+    if not t.is_floating_point():
+        return _int_positions(t, reference, float(scale))
+    if reference is None:
+        ref = float(t.reshape(-1)[0]) if t.numel() else 0.0
     else:
-        ref = float(reference)
+        try:
+            ref = float(reference)
+        except OverflowError:
+            raise ValueError(
+                f"reference must fit float64 for float timestamps, got an int of {int(reference).bit_length()} bits"
+            ) from None
     return (t - ref) / float(scale)
+
+
+def _int_positions(t: torch.Tensor, reference: float | None, scale: float) -> torch.Tensor:
+    """``(t - reference) / scale`` for int64 timestamps: the difference exact in int64 (refused, not wrapped, when
+    it leaves int64), then one rounding to float64; a fractional reference's fraction is subtracted after."""
+    if t.dtype == torch.uint64:
+        t = t.view(torch.int64)  # the same values below 2^63 (torch has no uint64 max / compare kernels)
+        if t.numel() and bool((t < 0).any()):
+            raise ValueError("timestamps are uint64 with values >= 2^63, past int64: pass int64 timestamps")
+    t = t.to(torch.int64)
+    if reference is None:
+        ref, frac = (int(t.reshape(-1)[0]) if t.numel() else 0), 0.0
+    else:
+        ref = math.floor(reference)  # a Python int: exact for every finite float and int
+        frac = float(reference - ref)  # exact: a float minus its floor
+    if t.numel():
+        lo, hi = int(t.min()), int(t.max())
+        if not _I64_MIN <= ref <= _I64_MAX or lo - ref < _I64_MIN or hi - ref > _I64_MAX:
+            what = (
+                f"reference=None (the first timestamp, {ref})"
+                if reference is None
+                else f"reference={reference!r}"
+                + (f" (integer part {ref})" if isinstance(reference, float) else "")
+            )
+            raise ValueError(
+                f"timestamps - reference overflows int64: timestamps span [{lo}, {hi}] and {what}, so the "
+                f"difference spans [{lo - ref}, {hi - ref}], outside [-2^63, 2^63 - 1]; pass a reference nearer "
+                "the timestamps"
+            )
+    out = (t - ref).to(torch.float64)
+    if frac:
+        out = out - frac
+    return out / scale
 
 
 def v2pe_positions(segments: Sequence[tuple[str, int]], delta: float, *, start: float = 0.0) -> torch.Tensor:
@@ -83,10 +175,15 @@ def v2pe_positions(segments: Sequence[tuple[str, int]], delta: float, *, start: 
     Args:
         segments: runs in order; kind "text" or "visual", n >= 0 tokens.
         delta: the visual step, in (0, 1] (V2PE: ``rope_pos_id_stride / num_image_token``).
-        start: position of the first token.
+        start: position of the first token, a finite real number below 2^53 in magnitude.
 
     Returns:
         float64 [N].
+
+    Raises:
+        ValueError: naming the argument (delta outside (0, 1], start not finite, bad segments, positions reaching
+            2^53, where float64 cannot step by 1).
+        TypeError: start not a real number.
 
     Example:
         >>> v2pe_positions([("text", 2), ("visual", 4), ("text", 1)], 0.25).tolist()
@@ -94,7 +191,7 @@ def v2pe_positions(segments: Sequence[tuple[str, int]], delta: float, *, start: 
     """
     if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0.0 < delta <= 1.0:
         raise ValueError(f"delta must be a number in (0, 1], got {delta!r}")
-    cur = float(start)
+    cur = _check_real_start(start)
     out: list[float] = []
     for seg in segments:
         if not (isinstance(seg, tuple) and len(seg) == 2 and seg[0] in ("text", "visual")):
@@ -108,4 +205,4 @@ def v2pe_positions(segments: Sequence[tuple[str, int]], delta: float, *, start: 
         else:
             out.extend(cur + i * delta for i in range(n))
             cur = float(math.ceil(cur + n * delta))
-    return torch.tensor(out, dtype=torch.float64)
+    return _check_steps(torch.tensor(out, dtype=torch.float64), "v2pe")

@@ -154,6 +154,11 @@ def _validate(
         _check_qk("k", k, spec, fmt)
         kb, ks = _batch_seq(k, fmt)
         if (kb, ks) != (b, s) or k.device != q.device:
+            if fmt == "thd":  # packed [t, h, d]: tokens, not (batch, seq)
+                raise ValueError(
+                    f"k must match q in tokens and device: q has {s} tokens on {q.device}, k has {ks} tokens on "
+                    f"{k.device}"
+                )
             raise ValueError(
                 f"k must match q in batch and sequence length and device: q has (batch={b}, seq={s}) on {q.device}, "
                 f"k has (batch={kb}, seq={ks}) on {k.device}"
@@ -269,7 +274,9 @@ def apply_rope(
         q: queries, [b, s, h_q, d] / [b, h_q, s, d] / [t, h_q, d] per ``format``; float32/64, bfloat16, float16.
         k: keys with the same batch and sequence as q (any head count), or None to rotate q alone.
         positions: integer or float32/float64 positions, [s] (shared by the batch) or [b, s] ([t] for "thd").
-            Moved to q's device if needed.
+            Moved to q's device if needed. A dynamic phase map (DynamicNTK) is evaluated at
+            ``seq_len = max(positions) + 1`` over the whole call, as transformers does; use
+            :func:`ropekit.rope_tables` with ``seq_len=`` and :func:`apply_rope_tables` to choose it.
         spec: the RoPE configuration.
         format: "bshd", "bhsd" or "thd".
         inplace: write the result into q's and k's storage (channels past rotary_dim are not touched).

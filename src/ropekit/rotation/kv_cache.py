@@ -113,8 +113,14 @@ def _check_slots(sl: torch.Tensor, capacity: int) -> None:
         )
     if rc == 3:
         raise MemoryError("ropekit: could not allocate memory to check the slots")
-    if rc:
-        raise ValueError("slots must be distinct: two tokens would write the same cache slot")
+    if rc:  # a repeated slot (the error path: tensor ops are fine here)
+        vals, counts = torch.unique(sl, return_counts=True)
+        dup = int(vals[counts > 1][0])
+        tokens = (sl == dup).nonzero().flatten().tolist()
+        raise ValueError(
+            f"slots must be distinct: slot {dup} is given to tokens {tokens[:4]}{' ...' if len(tokens) > 4 else ''} "
+            "(each would overwrite the other's k and v)"
+        )
 
 
 def _check_offsets(off: torch.Tensor, S: int, rows: int) -> None:
@@ -123,7 +129,9 @@ def _check_offsets(off: torch.Tensor, S: int, rows: int) -> None:
         return
     if torch.compiler.is_compiling():  # traced: checked on the device when the graph runs
         ok = ((off >= 0) & (off + S <= rows)).all()
-        torch._assert_async(ok, f"offsets must fit {S} new tokens in a cache of {rows} rows (0 <= offset <= {rows - S})")
+        torch._assert_async(
+            ok, f"offsets must fit {S} new tokens in a cache of {rows} rows (0 <= offset <= {rows - S})"
+        )
         return
     lib = cpu_build.load() if off.device.type == "cpu" else None
     if lib is not None:
@@ -140,6 +148,28 @@ def _check_offsets(off: torch.Tensor, S: int, rows: int) -> None:
             f"offsets[{b}] = {int(off[b])} does not fit {S} new tokens in a cache of {rows} rows "
             f"(need 0 <= offset <= {rows - S})"
         )
+
+
+def _self_overlap(names: list[str], xs: list[torch.Tensor]) -> None:
+    """Refuse a written tensor (a cache, q) whose elements share memory (an expanded view): every token would
+    land in, or be rotated through, the same elements -- a silently wrong cache or a q rotated several times."""
+    for name, x in zip(names, xs, strict=True):
+        if any(st == 0 and sz > 1 for sz, st in zip(x.shape, x.stride(), strict=True)) or (
+            not torch.compiler.is_compiling() and torch._debug_has_internal_overlap(x) == 1
+        ):
+            raise ValueError(
+                f"{name} has overlapping memory (e.g. an expanded view, strides {x.stride()}); it is written in "
+                "place, so every element must be its own memory"
+            )
+
+
+def _q_not_input(q: torch.Tensor | None, ins: list[tuple[str, torch.Tensor]]) -> None:
+    """q is rotated in place; k and v are read and must stay unmodified: q must not be one of them."""
+    if q is None or torch.compiler.is_compiling():
+        return
+    for name, x in ins:
+        if x.numel() and q.data_ptr() == x.data_ptr():
+            raise ValueError(f"q and {name} share memory; q is rotated in place and {name} must not change")
 
 
 def _no_overlap(outs: list[tuple[str, torch.Tensor]], ins: list[tuple[str, torch.Tensor]]) -> None:
@@ -184,6 +214,12 @@ def _tables(
                 raise ValueError(f"{nm} is on {t.device}, expected {device}")
         return cos, sin
     assert positions is not None
+    if spec.axes is not None:  # [n_axes, ...] positions would be read as [B, S] (silently, when B == n_axes)
+        raise ValueError(
+            f"spec has {len(spec.axes.names)} position axes {spec.axes.names}: the cache write takes 1-D positions, "
+            "so pass tables=ropekit.axis_tables(positions, spec) (positions [n_axes, B, S] or [n_axes, T]) instead "
+            "of positions (or the default positions)"
+        )
     check_positions(positions)
     if not _broadcasts(tuple(positions.shape), shape):
         raise ValueError(f"positions of shape {tuple(positions.shape)} do not broadcast to {shape}")
@@ -235,7 +271,9 @@ def rope_cache_write(
     Raises:
         ValueError / TypeError naming the argument, before anything is written.
     """
-    plan_args = plan_key(f"{format}/{cache_format}", k, v, cache_k, cache_v, offsets, q, positions, tables, spec)
+    plan_args = plan_key(
+        f"{format}/{cache_format}", k, v, cache_k, cache_v, offsets, q, positions, tables, spec
+    )
     if plan_args is not None and fast_write(plan_args):
         return q
     _check_fmt("format", format)
@@ -248,6 +286,8 @@ def rope_cache_write(
     if q is not None:
         names, xs = [*names, "q"], [*xs, _tensor("q", q, 4, f"in {format} layout")]
     _same(names, xs)
+    _self_overlap(names[2:], xs[2:])  # cache_k, cache_v (and q): written in place
+    _q_not_input(xs[4] if q is not None else None, [("k", k), ("v", v)])
     kb, vb, ckb, cvb = _bshd(k, format), _bshd(v, format), _bshd(ck, cache_format), _bshd(cv, cache_format)
     B, S, H, D = kb.shape
     if D != spec.head_dim:
@@ -324,6 +364,8 @@ def rope_paged_cache_write(
     if q is not None:
         names, xs = [*names, "q"], [*xs, _tensor("q", q, 3, "[T, Hq, D]")]
     _same(names, xs)
+    _self_overlap(names[2:], xs[2:])  # cache_k, cache_v (and q): written in place
+    _q_not_input(xs[4] if q is not None else None, [("k", k), ("v", v)])
     T, H, D = k.shape
     if D != spec.head_dim:
         raise ValueError(f"k head dim {D} does not match spec.head_dim {spec.head_dim}")

@@ -244,15 +244,72 @@ def test_a_forward_that_recomputes_its_frequencies_keeps_them_when_cast() -> Non
     assert float((a - b).abs().max()) <= 1e-5 * float(a.abs().max())
 
 
-def test_a_model_cast_down_and_back_is_refused_naming_its_rounded_buffer() -> None:
-    """float16 and back to float32: rounded values in a float32 buffer (transformers rotates with them). ropekit
-    cannot tell them from the config's by dtype; the probe refuses, and the message says why."""
-    model = _llama(ROPE_PARAMETERS["default"], 1.0).half().float()
-    with pytest.raises(
-        ValueError, match=r"inv_freq buffer \(torch\.float32\) differs from its config's frequencies"
-    ):
+def _llama_theta(theta: float) -> torch.nn.Module:
+    """A one-layer Llama (head_dim 16, default rope) with the given rope_theta."""
+    kw: dict[str, Any] = {**SMALL, "num_hidden_layers": 1, "max_position_embeddings": MAX_POS}
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cfg = transformers.LlamaConfig(
+            **kw, head_dim=16, rope_parameters={"rope_type": "default", "rope_theta": theta}
+        )
+        return transformers.LlamaForCausalLM(cfg).eval()
+
+
+def _refusal(model: torch.nn.Module) -> str:
+    with pytest.raises(ValueError, match=r"ropekit\.hf\.patch refuses this model") as e:
         ropekit.hf.patch(model)
     assert not any(isinstance(m, RopekitRotary) for m in model.modules())
+    return str(e.value)
+
+
+def _max_rel(buf: torch.Tensor, theta: float, factor: float = 1.0) -> float:
+    """Oracle: the largest relative difference of the buffer from theta^(-2i/16) / factor, in Python floats."""
+    want = [theta ** (-2 * i / 16) / factor for i in range(N)]
+    return max(abs(b - w) / w for b, w in zip(buf.double().tolist(), want))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("theta", [10_000.0, 1e9])
+def test_a_model_cast_down_and_back_is_refused_naming_its_rounded_buffer(
+    dtype: torch.dtype, theta: float
+) -> None:
+    """float16 / bfloat16 and back to float32: rounded values in a float32 buffer (transformers rotates with
+    them). ropekit cannot tell them from the config's by dtype; the probe refuses, and the message says why: a cast.
+    theta = 1e9: the lowest frequency, 1e9^(-14/16) ~ 1.3e-8, is below half float16's smallest subnormal (2^-25),
+    so the float16 round trip makes it 0 -- a relative difference of 1, still a cast (not a config mismatch)."""
+    model = _llama_theta(theta).to(dtype).float()
+    rel = _max_rel(model.model.rotary_emb.inv_freq, theta)
+    if theta == 1e9 and dtype == torch.float16:
+        assert (
+            rel == 1.0
+        )  # flushed to 0: a fixed relative threshold (1e-2, say) would call this a config edit
+    else:
+        assert 0 < rel <= 2.0**-8
+    msg = _refusal(model)
+    assert (
+        f"inv_freq buffer (torch.float32) differs from its config's frequencies by up to {rel:.1e} relative, as a "
+        f"round trip through {dtype} gives (cast to a lower precision and back? rebuild or reload the model)"
+    ) in msg
+    assert "config edited" not in msg
+
+
+@pytest.mark.parametrize("factor", [2.0, 1.001])
+def test_a_config_edited_after_the_model_was_built_is_refused_naming_the_mismatch(factor: float) -> None:
+    """The user trial: the config's rope parameters changed after the rotary module computed its frequencies.
+    Factor 2: relative difference 1, far beyond any float16 / bfloat16 round trip; factor 1.001: 1e-3, within
+    bfloat16's rounding (2^-8) but not on its (nor float16's) grid -- a cast cannot have given it either."""
+    model = _llama_theta(10_000.0)
+    model.config.rope_parameters = {"rope_type": "linear", "factor": factor, "rope_theta": 10_000.0}
+    rel = _max_rel(model.model.rotary_emb.inv_freq, 10_000.0, factor)
+    assert rel == pytest.approx(factor - 1, rel=1e-3)  # the buffer is float32
+    msg = _refusal(model)
+    assert (
+        f"inv_freq buffer (torch.float32) differs from its config's frequencies by up to {rel:.1e} relative, more "
+        "than a round trip through float16 or bfloat16 can cause: the rotary module's frequencies do not match its "
+        "config (was the config edited after the model was built? rebuild the model from the edited config)"
+    ) in msg
+    assert "cast to a lower precision" not in msg
 
 
 def _exact_families() -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import pytest
@@ -26,16 +27,60 @@ def test_gpt_neox_legacy_keys() -> None:
 
 
 def test_gptj_rotary_dim_is_interleaved_leading_slice() -> None:
-    spec = RopeSpec.from_hf(
-        {
-            "model_type": "gptj",
-            "n_embd": 4096,
-            "hidden_size": 4096,
-            "num_attention_heads": 16,
-            "rotary_dim": 64,
-        }
-    )
+    # a GPT-J config.json spells the sizes GPT-2's way (n_embd, n_head), as EleutherAI/gpt-j-6b's does
+    spec = RopeSpec.from_hf({"model_type": "gptj", "n_embd": 4096, "n_head": 16, "rotary_dim": 64})
     assert (spec.head_dim, spec.rotary_dim, spec.layout) == (256, 64, "interleaved")
+
+
+@pytest.mark.parametrize("name", ["GPTJConfig", "CodeGenConfig"])
+def test_gpt2_style_config_objects(name: str) -> None:
+    """transformers' own objects: their head dim (embed_dim // num_attention_heads, as their attention computes it)
+    and rotary_dim, whether the object or its to_dict() (n_embd, n_head) is given."""
+    transformers = pytest.importorskip("transformers")
+    config = getattr(transformers, name)(n_embd=256, n_head=4, rotary_dim=16)
+    for given in (config, config.to_dict()):
+        spec = RopeSpec.from_hf(given)
+        assert (spec.head_dim, spec.rotary_dim, spec.layout) == (
+            config.hidden_size // config.num_attention_heads,
+            16,
+            "interleaved",
+        )
+
+
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        (
+            {"hidden_size": 100, "num_attention_heads": 3},
+            "hidden_size=100 is not divisible by num_attention_heads=3",
+        ),
+        ({"n_embd": 100, "n_head": 3}, "n_embd=100 is not divisible by n_head=3"),
+        ({"hidden_size": 128.0, "num_attention_heads": 4}, "hidden_size=128.0 must be a positive integer"),
+        ({"hidden_size": 128, "num_attention_heads": 0}, "num_attention_heads=0 must be a positive integer"),
+        (
+            {"hidden_size": 128, "num_attention_heads": True},
+            "num_attention_heads=True must be a positive integer",
+        ),
+    ],
+)
+def test_head_dim_from_sizes_is_refused_unless_exact(config: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        RopeSpec.from_hf(config)
+
+
+def test_misspelt_required_key_is_named_with_its_likely_spelling() -> None:
+    with pytest.raises(ValueError) as e:
+        RopeSpec.from_hf({"head_dim": 128, "rope_parameters": {"rope_type": "linear", "factr": 2.0}})
+    assert str(e.value) == (
+        "rope_type 'linear' requires ['factor']; got keys ['factr', 'rope_type']; unknown keys ['factr'] "
+        "(did you mean 'factor' for 'factr'?)"
+    )
+    with pytest.raises(
+        ValueError, match=re.escape("unknown keys ['fctor']") + r".*did you mean 'factor' for 'fctor'"
+    ):
+        RopeSpec.from_hf(
+            {"head_dim": 128, "rope_parameters": {"rope_type": "linear", "factor": 2.0, "fctor": 3}}
+        )
 
 
 def test_explicit_head_dim_wins_over_hidden_over_heads() -> None:

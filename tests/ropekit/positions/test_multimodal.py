@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import types
 
 import pytest
@@ -13,6 +14,7 @@ from ropekit.positions.multimodal import (
     mrope_decode_positions,
     mrope_position_ids,
     mrope_positions,
+    videorope_positions,
 )
 
 
@@ -178,9 +180,94 @@ def test_errors() -> None:
         mrope_position_ids(torch.tensor([[2]]), video_grid_thw=[[1, 2, 2]], second_per_grid_ts=[1.0, 2.0])
 
 
-def test_videorope_diagonal_layout_example_9_1() -> None:
-    from ropekit.positions.multimodal import videorope_positions
+I64_MAX = 2**63 - 1
 
+
+@pytest.mark.parametrize("bad", [math.inf, -math.inf, math.nan, 0.0, -1.0, "2", True])
+def test_temporal_scale_must_be_finite_and_positive(bad: object) -> None:
+    with pytest.raises(
+        ValueError, match=rf"VisionBlock.second_per_grid_t must be a finite number > 0 or None, got {bad!r}"
+    ):
+        VisionBlock((2, 2, 2), video=True, second_per_grid_t=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=rf"tokens_per_second must be a finite number > 0, got {bad!r}"):
+        video = [VisionBlock((2, 2, 2), video=True)]
+        mrope_positions(video, family="qwen2_5_vl", tokens_per_second=bad)  # type: ignore[arg-type]
+    with pytest.raises(
+        ValueError, match=rf"second_per_grid_ts\[1\] must be a finite number > 0, got {bad!r}"
+    ):
+        mrope_position_ids(torch.tensor([[2, 2]]), video_grid_thw=[[1, 2, 2], [1, 2, 2]],
+                           second_per_grid_ts=[1.0, bad], family="qwen2_5_vl")  # type: ignore[list-item]  # fmt: skip
+    with pytest.raises(ValueError, match=rf"delta must be a finite number > 0, got {bad!r}"):
+        videorope_positions([2], delta=bad)  # type: ignore[arg-type]
+
+
+def test_temporal_product_past_int64_is_refused() -> None:
+    # finite factors whose product leaves int64 (or float64): refused before int() or the int64 tensor
+    for spg, tps in ((1e10, 1e10), (1e300, 1e10)):
+        blk = VisionBlock((2, 2, 2), video=True, second_per_grid_t=spg)
+        with pytest.raises(
+            ValueError, match=r"M-RoPE ids overflow int64: frame 1 of VisionBlock.grid_thw=\(2, 2, 2\)"
+        ):
+            mrope_positions([blk], family="qwen2_5_vl", tokens_per_second=tps)
+    # the oracle: int(i * spg * tps) in Python floats, as the Qwen reference writes it
+    spg, tps = 0.7, 3.0
+    ids = mrope_positions([VisionBlock((4, 2, 2), video=True, second_per_grid_t=spg)], family="qwen2_5_vl",
+                          tokens_per_second=tps)  # fmt: skip
+    assert ids[0].tolist() == [int(i * spg * tps) for i in range(4)]
+    # second_per_grid_ts as a tensor reads the same values as the list
+    types_ = torch.tensor([[0, 2, 2, 0]])
+    a = mrope_position_ids(types_, video_grid_thw=[[2, 2, 2]], second_per_grid_ts=[2.5], family="qwen2_5_vl")
+    b = mrope_position_ids(types_, video_grid_thw=[[2, 2, 2]], second_per_grid_ts=torch.tensor([2.5]),
+                           family="qwen2_5_vl")  # fmt: skip
+    assert torch.equal(a[0], b[0])
+    t_row = a[0][0, 0].tolist()  # text at 0, the frames at 1 + int(i * 2.5 * 2), text after at max + 1
+    assert t_row == [0, 1 + int(0 * 2.5 * 2.0), 1 + int(1 * 2.5 * 2.0), 7]
+
+
+@pytest.mark.parametrize("start", [0, 1, -4, 10**12, I64_MAX - 40])
+def test_mrope_start_shifts_ids_exactly(start: int) -> None:
+    segs = [2, VisionBlock((2, 4, 6), video=True, second_per_grid_t=1.5), 3]
+    base = mrope_positions(segs, family="qwen2_5_vl")  # small ids
+    got = mrope_positions(segs, family="qwen2_5_vl", start=start)
+    assert got.tolist() == [[start + v for v in row] for row in base.tolist()]  # Python-int oracle
+
+
+def test_mrope_start_is_validated() -> None:
+    for bad in (1.7, 3.0, "3", True, None):
+        with pytest.raises(TypeError, match=rf"start must be an int, got {bad!r} \({type(bad).__name__}\)"):
+            mrope_positions([2], start=bad)  # type: ignore[arg-type]
+    for bad in (2**63, -(2**63) - 1):
+        with pytest.raises(ValueError, match=rf"start must fit int64 \(the ids' dtype\), got {bad}"):
+            mrope_positions([2], start=bad)
+    # ids that would pass 2^63 - 1 are refused, not wrapped to negative ids
+    assert mrope_positions([2], start=I64_MAX - 1).tolist() == [[I64_MAX - 1, I64_MAX]] * 3
+    with pytest.raises(
+        ValueError, match=r"a text run of 3 tokens reaches id 9223372036854775808 > 2\^63 - 1"
+    ):
+        mrope_positions([3], start=I64_MAX - 1)
+    with pytest.raises(ValueError, match=r"VisionBlock.grid_thw=\(1, 6, 4\) reaches id 9223372036854775808"):
+        mrope_positions([VisionBlock((1, 6, 4))], start=I64_MAX - 1)  # rows 0..2 of the merged grid
+    with pytest.raises(ValueError, match=r"a text run of 1 tokens reaches id 9223372036854775808"):
+        mrope_positions([VisionBlock((1, 2, 2)), 1], start=I64_MAX)  # the block fits, the text after does not
+
+
+def test_videorope_start_is_validated() -> None:
+    half = videorope_positions([2, VisionBlock((2, 2, 2), video=True)], delta=0.5, start=0.25)
+    assert half.dtype == torch.float64 and half[0].tolist() == [0.25, 1.25, 2.25, 2.75]
+    for bad, err, msg in (
+        (math.nan, ValueError, "start must be a finite real number, got nan"),
+        (math.inf, ValueError, "start must be a finite real number, got inf"),
+        ("3", TypeError, r"start must be a finite real number, got '3' \(str\)"),
+        (True, TypeError, r"start must be a finite real number, got True \(bool\)"),
+        (2**53, ValueError, r"start must be below 2\^53 in magnitude"),
+    ):
+        with pytest.raises(err, match=msg):
+            videorope_positions([2], start=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"videorope positions reach 9007199254740992 >= 2\^53"):
+        videorope_positions([2], start=2**53 - 1)
+
+
+def test_videorope_diagonal_layout_example_9_1() -> None:
     ids = videorope_positions([5, VisionBlock((2, 6, 6), video=True), 1], delta=1)
     f0, f1 = ids[:, 5:14], ids[:, 14:23]
     assert f0[0].tolist() == [5] * 9 and f1[0].tolist() == [6] * 9

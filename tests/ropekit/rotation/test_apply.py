@@ -184,3 +184,9 @@ def test_mixed_dtypes_each_returned_in_its_own() -> None:
     q, k = torch.randn(1, 3, 2, 16, dtype=torch.bfloat16), torch.randn(1, 3, 2, 16, dtype=torch.float64)
     qr, kr = apply_rope(q, k, torch.arange(3), SPEC)
     assert qr.dtype == torch.bfloat16 and kr.dtype == torch.float64
+
+
+def test_thd_k_mismatch_is_worded_in_tokens() -> None:
+    with pytest.raises(ValueError) as e:
+        apply_rope(torch.randn(5, 2, 8), torch.randn(4, 2, 8), torch.arange(5), RopeSpec(8), format="thd")
+    assert str(e.value) == "k must match q in tokens and device: q has 5 tokens on cpu, k has 4 tokens on cpu"

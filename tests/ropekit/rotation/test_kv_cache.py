@@ -130,6 +130,10 @@ def _contig() -> tuple[torch.Tensor, ...]:
         ),
         ({"tables": (torch.ones(3, 4, dtype=torch.float64), torch.ones(3, 4))}, "float32"),
         ({"positions": torch.zeros(2, 4, dtype=torch.long)}, "broadcast"),
+        # written in place, so no element may alias another (silently wrong caches / q rotated 4x before)
+        ({"cache_k": torch.zeros(2, 2, 1, 8).expand(2, 2, 6, 8)}, r"cache_k has overlapping memory"),
+        ({"cache_v": torch.zeros(1, 2, 6, 8).expand(2, 2, 6, 8)}, r"cache_v has overlapping memory"),
+        ({"q": torch.randn(2, 3, 1, 8).expand(2, 3, 4, 8)}, r"q has overlapping memory"),
     ],
 )
 def test_contiguous_validation_writes_nothing(backend: str, change: dict[str, object], match: str) -> None:
@@ -153,6 +157,21 @@ def test_overlapping_caches_refused() -> None:
         rope_cache_write(
             big.transpose(1, 2)[:, :3], v, big, torch.zeros(2, 2, 6, 8), 0, RopeSpec(8, base=BASE)
         )
+
+
+def test_q_aliasing_k_or_v_is_refused_also_on_a_planned_geometry() -> None:
+    """q is rotated in place while k and v are read and left unchanged: q may not be k or v. A first call with a
+    separate q prepares a plan for this geometry; the aliasing call must not take it."""
+    spec = RopeSpec(8, base=BASE)
+    k, v, ck, cv = _contig()
+    off = torch.tensor([0, 3])
+    tables = rope_tables(off[:, None] + torch.arange(3), spec)
+    rope_cache_write(k, v, ck, cv, off, spec, tables=tables, q=torch.randn(2, 3, 2, 8))
+    for name, q in (("k", k), ("v", v)):
+        before = [t.clone() for t in (k, v, ck, cv)]
+        with pytest.raises(ValueError, match=f"q and {name} share memory"):
+            rope_cache_write(k, v, ck, cv, off, spec, tables=tables, q=q)
+        assert all(torch.equal(a, b) for a, b in zip(before, (k, v, ck, cv), strict=True))
 
 
 def test_large_positions_use_exact_tables() -> None:
@@ -249,3 +268,30 @@ def test_contiguous_empty_write_leaves_the_caches_untouched() -> None:
     ck0, cv0 = ck.clone(), cv.clone()
     rope_cache_write(k, v, ck, cv, torch.tensor([3, 8]), spec, q=q, format="bhsd", cache_format="bhsd")
     assert torch.equal(ck, ck0) and torch.equal(cv, cv0)
+
+
+def test_multi_axis_spec_takes_tables_not_positions() -> None:
+    """[n_axes, ...] positions would be read as [B, S] (silently wrong when B == n_axes): refused, naming the way
+    that works -- per-token tables from axis_tables, which give the multi-axis rotation in the cache."""
+    from ropekit import AxisMap, apply_rope_axes, axis_tables, rope_paged_cache_write
+
+    spec = RopeSpec(8, base=BASE, axes=AxisMap.halves(4))  # 2 axes, and batch 2 below
+    k, v, ck, cv = _contig()
+    pos = torch.stack([torch.arange(3).expand(2, 3), (2 * torch.arange(3)).expand(2, 3)])  # [A, B, S]
+    for kw in ({}, {"positions": pos}, {"positions": pos[0]}):
+        with pytest.raises(ValueError, match=r"spec has 2 position axes .* pass tables=ropekit.axis_tables"):
+            rope_cache_write(k, v, ck, cv, 0, spec, **kw)  # type: ignore[arg-type]
+        assert not ck.any() and not cv.any()
+    with pytest.raises(ValueError, match="spec has 2 position axes"):
+        rope_paged_cache_write(
+            k[0],
+            v[0],
+            torch.zeros(2, 4, 2, 8),
+            torch.zeros(2, 4, 2, 8),
+            torch.arange(3),
+            spec,
+            positions=pos[:, 0],
+        )
+    rope_cache_write(k, v, ck, cv, 0, spec, tables=axis_tables(pos, spec))
+    want = apply_rope_axes(k, None, pos, spec)[0]  # bshd; the cache is bhsd
+    assert torch.equal(ck[:, :, :3].transpose(1, 2), want) and torch.equal(cv[:, :, :3].transpose(1, 2), v)

@@ -49,7 +49,11 @@ def test_paged_against_float64_composition(backend: str, dt: torch.dtype, layout
     [
         (torch.tensor([0, 20, 1]), torch.arange(3), r"slots\[1\] = 20 is outside"),
         (torch.tensor([0, -1, 1]), torch.arange(3), r"slots\[1\] = -1"),
-        (torch.tensor([4, 2, 4]), torch.arange(3), "distinct"),
+        (
+            torch.tensor([4, 2, 4]),
+            torch.arange(3),
+            r"slots must be distinct: slot 4 is given to tokens \[0, 2\]",
+        ),
         (torch.tensor([0, 1, 2]), None, "needs positions"),
         (torch.tensor([0, 1]), torch.arange(3), r"slots must have shape \(3,\)"),
         (torch.tensor([0, 1, 2]), torch.tensor([0.5, float("nan"), 1.0]), "finite"),
@@ -63,6 +67,31 @@ def test_paged_validation_writes_nothing(
     with pytest.raises(ValueError, match=match):
         rope_paged_cache_write(k, v, ck, cv, slots, RopeSpec(8, base=BASE), positions=positions)
     assert not ck.any() and not cv.any()
+
+
+@pytest.mark.parametrize(
+    ("name", "tensor"),
+    [
+        ("cache_k", torch.zeros(1, 4, 2, 8).expand(5, 4, 2, 8)),
+        ("cache_v", torch.zeros(5, 1, 2, 8).expand(5, 4, 2, 8)),
+        ("q", torch.randn(3, 1, 8).expand(3, 4, 8)),
+    ],
+)
+def test_paged_written_tensors_must_not_alias_themselves(name: str, tensor: torch.Tensor) -> None:
+    """Before the check an expanded cache silently kept only the last token, and an expanded q was rotated once
+    per aliased head."""
+    k, v = torch.randn(3, 2, 8), torch.randn(3, 2, 8)
+    kw: dict[str, torch.Tensor] = {
+        "cache_k": torch.zeros(5, 4, 2, 8),
+        "cache_v": torch.zeros(5, 4, 2, 8),
+        name: tensor,
+    }
+    before = {n: t.clone() for n, t in kw.items()}
+    with pytest.raises(ValueError, match=f"{name} has overlapping memory"):
+        rope_paged_cache_write(
+            k, v, slots=torch.tensor([0, 5, 9]), spec=RopeSpec(8, base=BASE), positions=torch.arange(3), **kw
+        )  # type: ignore[arg-type]
+    assert all(torch.equal(kw[n], before[n]) for n in kw)
 
 
 def test_repeated_slot_among_many_tokens(backend: str) -> None:
