@@ -62,7 +62,8 @@ def report(
     span = context if span is None else span
     r = int(spec.rotary_dim)  # type: ignore[arg-type]
     bands = band_table(spec, span)
-    plain = spec.freqs is None and spec.p == 1.0 and spec.scaling is None
+    explicit = spec.freqs is not None
+    plain = not explicit and spec.p == 1.0 and spec.scaling is None
     d_extra = critical_dim(r, spec.base, span)
     bound = base_lower_bound(r, span)
     margin, first_fail = base_bound_margin(r, spec.base, span)
@@ -78,13 +79,14 @@ def report(
         "summary": {
             "bands": len(bands),
             "wrapping_bands": sum(b.wraps for b in bands),
-            "critical_dim": d_extra,
-            "extrapolation_bound": _num(extrapolation_bound(r, spec.base, span)),
+            # explicit freqs: no base, so nothing derived from one (null in the JSON)
+            "critical_dim": None if explicit else d_extra,
+            "extrapolation_bound": None if explicit else _num(extrapolation_bound(r, spec.base, span)),
             "critical_dim_applies": plain,
             "base_lower_bound": bound,
-            "base_meets_bound": first_fail is None,
-            "base_bound_first_violation": first_fail,
-            "base_bound_min_margin": margin,
+            "base_meets_bound": None if explicit else first_fail is None,
+            "base_bound_first_violation": None if explicit else first_fail,
+            "base_bound_min_margin": None if explicit else margin,
             "phase_error_window": err.window,
             "phase_error_common_fp32": err.common_fp32,
             "phase_error_ropekit": err.ropekit,
@@ -100,6 +102,11 @@ def _axes_section(spec: RopeSpec, context: int, extents: dict[str, float] | None
     from ropekit.analysis.axes import axis_report, default_extents
 
     return {"axes": axis_report(spec, extents or default_extents(spec, context))}
+
+
+def _base_text(s: dict[str, Any]) -> str:
+    """``base=...``, or ``freqs=explicit`` for a spec whose frequency table is given (its base field is unused)."""
+    return "freqs=explicit" if s["base"] is None else f"base={s['base']:g}"
 
 
 def _fmt(x: float) -> str:
@@ -123,7 +130,7 @@ def _write_view(rep: dict[str, Any], out: TextIO) -> None:
     w = out.write
     w(_view_header(rep))
     w(
-        f"RoPE head_dim={s['head_dim']} rotary_dim={s['rotary_dim']} base={s['base']:g} layout={s['layout']}"
+        f"RoPE head_dim={s['head_dim']} rotary_dim={s['rotary_dim']} {_base_text(s)} layout={s['layout']}"
         + (f" p={s['p']:g}" if s["p"] != 1.0 else "")
         + f"  at {'span' if span != rep['context'] else 'context'} {span:,}\n"
     )
@@ -134,9 +141,9 @@ def _write_view(rep: dict[str, Any], out: TextIO) -> None:
         )
     w("\n")
     w(f"{'band':>4}  {'theta':>11}  {'wavelength':>11}  {'turns in ctx':>12}  wraps\n")
-    d_bands = sm["critical_dim"] // 2
+    d_bands = sm["critical_dim"] // 2 if sm["critical_dim_applies"] else -1
     for b in rep["bands"]:
-        if b["index"] == d_bands and sm["critical_dim_applies"] and 0 < d_bands < len(rep["bands"]):
+        if 0 < d_bands < len(rep["bands"]) and b["index"] == d_bands:
             w(f"{'':>4}  {'-' * 11}  critical dimension: the bands below never complete a turn  {'-' * 4}\n")
         wl = "inf" if b["wavelength"] is None else _fmt(b["wavelength"])
         w(
@@ -152,14 +159,15 @@ def _write_view(rep: dict[str, Any], out: TextIO) -> None:
             f"extrapolation bound ~ {('unbounded' if tb is None else f'{tb:,.0f} tokens')}\n"
         )
     lb = sm["base_lower_bound"]
-    verdict = (
-        "meets it"
-        if sm["base_meets_bound"]
-        else f"fails it (B(m) < 0 first at m = {sm['base_bound_first_violation']:,})"
-    )
+    if s["base"] is None:
+        verdict = "not judged: explicit frequencies, no single base"
+    elif sm["base_meets_bound"]:
+        verdict = f"base {s['base']:g} meets it"
+    else:
+        verdict = f"base {s['base']:g} fails it (B(m) < 0 first at m = {sm['base_bound_first_violation']:,})"
     w(
         f"  base lower bound (Men et al. 2024)               : {('> 1e15' if lb is None else f'{lb:.3g}')} "
-        f"for this {where.strip()}; base {s['base']:g} {verdict}"
+        f"for this {where.strip()}; {verdict}"
         + (" (unscaled RoPE; the scheme changes the effective base)" if s["scaling"] else "")
         + "\n"
     )
@@ -219,7 +227,7 @@ def _write_compare(spec: RopeSpec, rep: dict[str, Any], out: TextIO) -> None:
     w = out.write
     cols = rep["schemes"]
     w(
-        f"RoPE head_dim={spec.head_dim} rotary_dim={spec.rotary_dim} base={spec.base:g}: extending "
+        f"RoPE head_dim={spec.head_dim} rotary_dim={spec.rotary_dim} {_base_text(spec_dict(spec))}: extending "
         f"{rep['original_length']:,} -> {rep['target']:,} tokens (s = {rep['factor']:.4g})\n"
         "each cell: theta / theta' for the band at the target length (1 = unchanged, s = fully interpolated)\n\n"
     )

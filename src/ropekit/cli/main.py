@@ -13,6 +13,7 @@ from typing import Any
 from ropekit.analysis.compare import SCHEMES
 from ropekit.analysis.threads import single_thread
 from ropekit.cli import inspect_cmd, precision_cmd
+from ropekit.cli.outputs import check_out_dir, check_out_file
 from ropekit.cli.presets_cmd import list_presets
 from ropekit.cli.source import add_source_args, resolve_views
 
@@ -73,15 +74,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pl.add_argument("--quick", action="store_true", help="a reduced budget (under 5 minutes)")
     pl.add_argument("--seeds", type=int, default=1, help="seeds per configuration (default 1)")
-    pl.add_argument("--train-len", type=int, default=128, help="training length in bytes (default 128)")
     pl.add_argument(
-        "--steps", type=int, default=None, help="training steps per model (default 800, quick 250)"
+        "--train-len",
+        type=int,
+        default=128,
+        help="training length in bytes (default 128; invariance: distances up to 8 x it; not for vision)",
+    )
+    pl.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="training steps per model, >= 1 (default 800, quick 250; not for invariance)",
     )
     pl.add_argument(
         "--corpus", default=None, help="a text file or folder instead of the Python standard library"
     )
     pl.add_argument(
-        "--encodings", default=None, help="comma-separated encodings (extrapolation, passkey; default: all)"
+        "--encodings",
+        default=None,
+        help="comma-separated encodings (extrapolation, passkey; default: the original six, "
+        "nope,sinusoidal,learned,alibi,t5,rope)",
     )
     pl.add_argument(
         "--precision",
@@ -142,9 +154,18 @@ def _precision(args: argparse.Namespace) -> int:
 def _lab(args: argparse.Namespace) -> int:
     from ropekit.lab.experiments import EXPERIMENTS
 
-    for name in ("seeds", "train_len"):
-        if getattr(args, name) < 1:
+    for name in ("seeds", "train_len", "steps"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    defaults = vars(build_parser().parse_args(["lab", args.experiment]))
+    unused, why = {  # flags an experiment has no use for: refused rather than ignored
+        "invariance": (("steps", "corpus", "precision"), "it trains nothing; --train-len sets its distances"),
+        "vision": (("train_len", "corpus", "precision"), "it trains small ViTs on synthetic shape scenes"),
+    }.get(args.experiment, ((), ""))
+    given = [f"--{n.replace('_', '-')} {getattr(args, n)}" for n in unused if getattr(args, n) != defaults[n]]
+    if given:
+        raise ValueError(f"lab {args.experiment} does not take {', '.join(given)} ({why})")
+    check_out_dir("--out", Path(args.out))  # before training, not after
     kw: dict[str, Any] = {}
     if args.encodings is not None:
         from ropekit.lab.encodings import ENCODINGS
@@ -161,7 +182,6 @@ def _lab(args: argparse.Namespace) -> int:
     if args.precision is not None:
         kw["precision"] = args.precision
     if args.merge is not None:
-        defaults = vars(build_parser().parse_args(["lab", args.experiment]))
         training = ("seeds", "train_len", "steps", "corpus", "encodings", "precision")
         given = [f"--{name.replace('_', '-')}" for name in training if getattr(args, name) != defaults[name]]
         if args.experiment != "extrapolation" or given:
@@ -198,6 +218,8 @@ def _bench(args: argparse.Namespace) -> int:
 
         if not torch.cuda.is_available():
             raise ValueError("--device cuda: no CUDA device is available")
+    if args.out:
+        check_out_file("--out", Path(args.out))  # before minutes of timing, not after
     progress = None if args.json else (lambda name: print(f"... {name}", file=sys.stderr, flush=True))
     modes = args.mode or ["matrix"]
     report = bench.run(
@@ -205,6 +227,7 @@ def _bench(args: argparse.Namespace) -> int:
     )
     print(json.dumps(report, indent=2) if args.json else bench.format_table(report))
     if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         with open(args.out, "w") as f:
             json.dump(report, f, indent=2)
     return 0
@@ -236,5 +259,8 @@ def main(argv: list[str] | None = None) -> int:
             return report_cmd.run(args)
         parser.error(f"unknown command {args.command!r}")  # pragma: no cover - argparse refuses it first
     except ValueError as e:
+        print(f"ropekit {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # a file or folder the checks could not foresee (a full disk, /proc, a race)
         print(f"ropekit {args.command}: error: {e}", file=sys.stderr)
         return 2

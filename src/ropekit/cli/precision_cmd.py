@@ -94,7 +94,8 @@ def run_views(
             sc = "" if spec.scaling is None else f"\nscaling: {scaling_text(spec.scaling)}"
             out.write(
                 f"max |cos - cos_ref|, |sin - sin_ref| over {window} positions ending at each position "
-                f"(head_dim {spec.head_dim}, base {spec.base:g}; reference: float64){sc}\n"
+                f"(head_dim {spec.head_dim}, {'explicit freqs' if spec.freqs is not None else f'base {spec.base:g}'}; "
+                f"reference: float64){sc}\n"
             )
             wp = max(12, *(len(f"{r['position']:,}") for r in rows))
             out.write(f"{'position':>{wp}}  {'common fp32':>12}  {'ropekit':>10}\n")

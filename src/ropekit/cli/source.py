@@ -156,15 +156,21 @@ def resolve_views(args: argparse.Namespace) -> tuple[str | None, list[LayerView]
 
 
 def spec_dict(spec: RopeSpec) -> dict[str, Any]:
-    """The spec's fields as JSON data (scaling as its transformers ``rope_parameters`` keys)."""
+    """The spec's fields as JSON data (scaling as its transformers ``rope_parameters`` keys).
+
+    ``base`` is null when the spec has explicit ``freqs`` (vision and VL presets): the field then holds an unused
+    default, not the base the frequencies came from. ``axes`` is null for 1-D specs, else the band-to-axis map
+    (scheme, sections, names, and the slot letters, e.g. "TTHHHWWW").
+    """
     return {
         "head_dim": spec.head_dim,
         "rotary_dim": spec.rotary_dim,
-        "base": spec.base,
+        "base": None if spec.freqs is not None else spec.base,
         "layout": spec.layout,
         "p": spec.p,
         "positional_bands": spec.n_positional_bands,
         "freqs": None if spec.freqs is None else list(spec.freqs),
         "scaling": None if spec.scaling is None else spec.scaling.to_hf(),
         "attention_factor": spec.attention_factor,
+        "axes": None if spec.axes is None else spec.axes.as_dict(),
     }

@@ -49,7 +49,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seq-len", type=int, default=4096)
     parser.add_argument("--world-size", type=int, nargs="+", default=[2, 4, 8])
     args = parser.parse_args(argv)
-    print(report(args.seq_len, args.world_size))
+    try:
+        table = report(args.seq_len, args.world_size)
+    except ValueError as e:  # e.g. a length no layout can split over a world size: argparse's usage error, rc 2
+        parser.error(str(e))
+    print(table)
     return 0
 
 

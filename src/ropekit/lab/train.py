@@ -1,14 +1,12 @@
 # SPDX-License-Identifier: MIT
 """Training loop of the lab: AdamW with warmup + cosine decay, deterministic per seed, progress with ETA and
-throughput, and resumable checkpoints in safetensors (model weights, optimizer state and the data generator's
-state as tensors, the step and config as metadata -- never pickle).
+throughput, and resumable checkpoints (:mod:`ropekit.lab.checkpoint`, re-exported here).
 
 Shapes: b batch, L training length.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 import time
@@ -20,10 +18,19 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ropekit.lab.checkpoint import CheckpointInfo, checkpoint_info, load_checkpoint, save_checkpoint
 from ropekit.lab.distributed import world
 from ropekit.lab.model import TinyLM
 
-__all__ = ["Progress", "TrainResult", "load_checkpoint", "save_checkpoint", "train"]
+__all__ = [
+    "CheckpointInfo",
+    "Progress",
+    "TrainResult",
+    "checkpoint_info",
+    "load_checkpoint",
+    "save_checkpoint",
+    "train",
+]
 
 PRECISIONS = ("fp32", "bf16")
 Batcher = Callable[[torch.Generator], tuple[torch.Tensor, torch.Tensor]]
@@ -65,50 +72,6 @@ class TrainResult:
     seconds: float
     losses: list[float] = field(default_factory=list)
     resumed_from: int = 0
-
-
-def save_checkpoint(
-    path: Path,
-    model: TinyLM,
-    opt: torch.optim.Optimizer,
-    step: int,
-    gen: torch.Generator,
-    meta: dict[str, Any],
-) -> None:
-    from safetensors.torch import save_file
-
-    tensors = {f"model.{k}": v.detach().contiguous() for k, v in model.state_dict().items()}
-    names = {id(p): n for n, p in model.named_parameters()}
-    for group in opt.param_groups:
-        for p in group["params"]:
-            for key, val in opt.state.get(p, {}).items():
-                if torch.is_tensor(val):
-                    tensors[f"opt.{names[id(p)]}.{key}"] = val.detach().reshape(val.shape).contiguous()
-    tensors["gen_state"] = gen.get_state()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    save_file(tensors, str(tmp), metadata={"step": str(step), "meta": json.dumps(meta, sort_keys=True)})
-    tmp.replace(path)
-
-
-def load_checkpoint(
-    path: Path, model: TinyLM, opt: torch.optim.Optimizer | None, gen: torch.Generator | None
-) -> tuple[int, dict[str, Any]]:
-    from safetensors import safe_open
-
-    with safe_open(str(path), framework="pt") as f:
-        md = f.metadata()
-        tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - safe_open is not iterable
-    model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
-    if opt is not None:
-        params = dict(model.named_parameters())
-        for k, v in tensors.items():
-            if k.startswith("opt."):
-                name, key = k[4:].rsplit(".", 1)
-                opt.state[params[name]][key] = v
-    if gen is not None and "gen_state" in tensors:
-        gen.set_state(tensors["gen_state"])
-    return int(md["step"]), json.loads(md["meta"])
 
 
 def _lr(step: int, steps: int, lr: float, warmup: int) -> float:

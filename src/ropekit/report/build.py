@@ -3,12 +3,13 @@
 figures, and collect the numbers behind them.
 
 Sections, in order: spectrum, rotations, scaling, decay, precision, and weights (model sources only). A
-multi-axis spec (M-RoPE, vision) adds a "bands per axis" section (:mod:`ropekit.analysis.axes`).
+multi-axis spec (M-RoPE, vision) adds a "bands per axis" section (:mod:`ropekit.analysis.axes`), judged at the
+source's extents (a vision preset's patch grid) or, without them, at
+:func:`~ropekit.analysis.axes.default_extents` of the context -- the same extents as ``ropekit inspect``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -86,7 +87,13 @@ def _scheme_target(spec: RopeSpec, context: int) -> int:
     return context if context > L0 else 4 * L0  # an unscaled model: show a 4x extension
 
 
-def _spec_sections(spec: RopeSpec, context: int, name: str, out: dict[str, list[Figure]]) -> dict[str, Any]:
+def _spec_sections(
+    spec: RopeSpec,
+    context: int,
+    name: str,
+    out: dict[str, list[Figure]],
+    extents: dict[str, float] | None = None,
+) -> dict[str, Any]:
     data: dict[str, Any] = {}
 
     def add(key: str, caption: str, draw: Callable[[], Any]) -> None:
@@ -146,10 +153,9 @@ def _spec_sections(spec: RopeSpec, context: int, name: str, out: dict[str, list[
         "product is 0 at every distance and its spread does not shrink.",
         lambda: figures.decay_figure(m, su, ones, gm, gs, mc_mean, mc_std, r, DECAY_SAMPLES, name),
     )
-    try:
-        curve, measured = precision_curve(spec), "the configuration's frequencies"
-    except NotImplementedError:  # the float64 oracle has no independent formula for this scheme
-        curve, measured = precision_curve(dataclasses.replace(spec, scaling=None)), "the unscaled frequencies"
+    # every scheme is measured as configured: the oracle takes a scaled scheme's own float64 frequencies where it
+    # has no independent formula (ropekit.analysis.precision.oracle_frequencies)
+    curve, measured = precision_curve(spec), "the configuration's frequencies"
     data["precision"] = {**curve.as_dict(), "measured_on": measured}
     add(
         "precision",
@@ -158,7 +164,7 @@ def _spec_sections(spec: RopeSpec, context: int, name: str, out: dict[str, list[
         lambda: figures.precision_figure(curve, name),
     )
     if spec.axes is not None:
-        ax_rep = axis_report(spec, default_extents(spec, context))
+        ax_rep = axis_report(spec, extents or default_extents(spec, context))
         data["axes"] = ax_rep
         short = [f"{a['axis']} {a['wrapping_bands']}/{a['n_bands']}" for a in ax_rep["axes"]]
         add(
@@ -182,13 +188,7 @@ def _spec_json(spec: RopeSpec) -> dict[str, Any]:
             "rotary_dim": spec.rotary_dim,
             "layout": spec.layout,
             "freqs": None if spec.freqs is None else list(spec.freqs),
-            "axes": None
-            if spec.axes is None
-            else {
-                "scheme": spec.axes.scheme,
-                "sections": list(spec.axes.sections),
-                "names": list(spec.axes.names),
-            },
+            "axes": None if spec.axes is None else spec.axes.as_dict(),
         }
 
 
@@ -200,7 +200,7 @@ def build_report(source: Source) -> Report:
         name = f"{source.name} / {label}" if label else source.name
         per_spec[label or "default"] = {
             "spec": _spec_json(spec),
-            **_spec_sections(spec, source.context, name, figs),
+            **_spec_sections(spec, source.context, name, figs, source.extents.get(label)),
         }
     data: dict[str, Any] = {
         "source": source.name,

@@ -39,6 +39,7 @@ def test_inspect_default_json() -> None:
         "freqs": None,
         "scaling": None,
         "attention_factor": 1.0,
+        "axes": None,
     }
     assert rep["context"] == 131072 and len(rep["bands"]) == 64
     b0 = rep["bands"][0]

@@ -108,6 +108,34 @@ def _check_bands(view: dict[str, Any]) -> None:
     assert sm["phase_error_common_fp32"] > sm["phase_error_ropekit"]
 
 
+def _check_spec_base_and_axes(view: dict[str, Any], spec: RopeSpec, text: str) -> None:
+    """Explicit frequency tables have no base (the field holds an unused default): none is printed or judged.
+    Multi-axis specs list their band-to-axis map; the letters name each band's axis (first letter, upper case)."""
+    s, sm = view["spec"], view["summary"]
+    if spec.freqs is None:
+        assert s["base"] == spec.base and f"base={spec.base:g}" in text
+        assert isinstance(sm["base_meets_bound"], bool)
+    else:
+        assert s["base"] is None and "freqs=explicit" in text and f"base={spec.base:g}" not in text
+        assert "not judged: explicit frequencies" in text
+        assert (
+            sm["base_meets_bound"] is None
+            and sm["critical_dim"] is None
+            and sm["extrapolation_bound"] is None
+        )
+    if spec.axes is None:
+        assert s["axes"] is None
+    else:
+        a = s["axes"]
+        assert (a["scheme"], tuple(a["sections"]), tuple(a["names"])) == (
+            spec.axes.scheme,
+            spec.axes.sections,
+            spec.axes.names,
+        )
+        assert len(a["letters"]) == spec.n_bands
+        assert [a["names"][i][0].upper() for i in spec.axes.slots] == list(a["letters"])
+
+
 @pytest.mark.parametrize("src", SOURCES)
 def test_inspect_text_and_json(src: str, tmp_path: Path) -> None:
     source, specs = _source(src, tmp_path)
@@ -118,7 +146,8 @@ def test_inspect_text_and_json(src: str, tmp_path: Path) -> None:
     for view, spec in zip(views, specs):
         assert spec is not None
         assert view["spec"]["head_dim"] == spec.head_dim and view["spec"]["rotary_dim"] == spec.rotary_dim
-        assert view["spec"]["base"] == spec.base and view["spec"]["p"] == spec.p
+        assert view["spec"]["p"] == spec.p
+        _check_spec_base_and_axes(view, spec, text)
         _check_bands(view)
         # theta after the scheme, at the span, against the float32 recipe (= transformers' own init)
         fp32 = common_fp32_inv_freq(spec, view["span"]).tolist()

@@ -85,3 +85,11 @@ def test_computed_entries_follow_the_zigzag_schedule() -> None:
     keys; rank 1: 4 queries x rank 0's 2 early keys); contiguous leaves rank 0 idle and rank 1 full."""
     assert ring_computed_entries(8, 2, "zigzag") == [[16, 16], [8, 8]]
     assert ring_computed_entries(8, 2, "contiguous") == [[16, 16], [0, 16]]
+
+
+def test_balance_cli_refuses_an_unsplittable_length_as_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["--seq-len", "100", "--world-size", "3"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "error: layout 'contiguous' needs seq_len divisible by world_size = 3; got seq_len=100" in err

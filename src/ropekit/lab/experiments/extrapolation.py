@@ -120,12 +120,7 @@ def merge(out: Path, paths: list[Path], *, quick: bool = False) -> dict[str, Any
     """
     if len(paths) < 2:
         raise ValueError(f"--merge needs at least two result files, got {len(paths)}")
-    runs = []
-    for p in paths:
-        res = json.loads(Path(p).read_text())
-        if res.get("experiment") != "extrapolation":
-            raise ValueError(f"--merge {p}: not an extrapolation result (experiment={res.get('experiment')!r})")
-        runs.append((p, res))
+    runs = [(p, _read_result(Path(p))) for p in paths]
     first_path, first = runs[0]
     seen: dict[tuple[str, int], tuple[int, Path]] = {}
     for i, (p, res) in enumerate(runs):
@@ -146,11 +141,37 @@ def merge(out: Path, paths: list[Path], *, quick: bool = False) -> dict[str, Any
     result["results"] = [row for _, r in runs for row in r["results"]]
     result["per_position_loss"] = {k: v for _, r in runs for k, v in r.get("per_position_loss", {}).items()}
     result["merged_from"] = [
-        {"file": str(p), "encodings": sorted({row["encoding"] for row in r["results"]}), "phases": r.get("phases")}
+        {
+            "file": str(p),
+            "encodings": sorted({row["encoding"] for row in r["results"]}),
+            "phases": r.get("phases"),
+        }
         for p, r in runs
     ]
     result["files"] = _write(out, result, quick)
     return result
+
+
+def _read_result(p: Path) -> dict[str, Any]:
+    """An extrapolation result JSON for ``merge``; ValueError naming the ``--merge`` file when it is unreadable,
+    not JSON, or not an extrapolation result with its rows."""
+    try:
+        res = json.loads(p.read_text())
+    except OSError as e:
+        raise ValueError(f"--merge {p}: cannot read it ({e.strerror or e})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"--merge {p}: not a JSON file ({e})") from None
+    if not isinstance(res, dict) or res.get("experiment") != "extrapolation":
+        got = res.get("experiment") if isinstance(res, dict) else type(res).__name__
+        raise ValueError(f"--merge {p}: not an extrapolation result (experiment={got!r})")
+    lacking = [k for k in (*_SAME, "results") if k not in res]
+    if lacking:
+        raise ValueError(f"--merge {p}: an extrapolation result without {', '.join(lacking)}")
+    rows = res.get("results")
+    keys = ("encoding", "seed", "eval_len", "ppl", "ppl_sliding")
+    if not isinstance(rows, list) or not all(isinstance(r, dict) and all(k in r for k in keys) for r in rows):
+        raise ValueError(f"--merge {p}: 'results' must be a list of rows with {', '.join(keys)}")
+    return res
 
 
 def _mean(results: list[dict[str, Any]], enc: str, L: int, key: str) -> float:
@@ -171,13 +192,24 @@ def _markdown(res: dict[str, Any], encodings: tuple[str, ...], mults: tuple[int,
     md += (
         f"Byte-level LM (4 layers, d 128, 4 heads of 32, GQA 2 kv heads), {res['budget']['steps']} steps of "
         f"{res['budget']['batch']} x {L} bytes, same seed for every encoding; corpus `{res['corpus']}` (split by file). "
-        f"Throughput (tokens/s): {res['tokens_per_second']}. The learned table has {L} rows; positions past it reuse the last row.\n\n"
+        f"Throughput (tokens/s): {res['tokens_per_second']}."
+        + (
+            f" The learned table has {L} rows; positions past it reuse the last row."
+            if "learned" in encodings
+            else ""
+        )
+        + "\n\n"
     )
     md += md_table(head, rows)
-    best = min(_mean(rs, e, L, "ppl") for e in encodings)
+    best, unigram = min(_mean(rs, e, L, "ppl") for e in encodings), res["unigram_ppl"]
+    versus = (
+        f"{unigram / best:.1f}x lower"
+        if best <= unigram
+        else f"{best / unigram:.1f}x higher: worse than the unigram baseline"
+    )
     md += (
-        f"\nBaseline: the corpus's unigram byte perplexity is {res['unigram_ppl']:.2f}; the best model reaches "
-        f"{best:.2f} at 1x ({res['unigram_ppl'] / best:.1f}x lower). Budget: peak lr {res['budget']['lr']:g} "
+        f"\nBaseline: the corpus's unigram byte perplexity is {unigram:.2f}; the best model reaches "
+        f"{best:.2f} at 1x ({versus}). Budget: peak lr {res['budget']['lr']:g} "
         f"(warm-up, cosine decay), {res['budget']['precision']} training, packed random windows.\n"
     )
     md += "\nPublished (ALiBi Table 2, WikiText-103, 247M parameters, L_train 512; columns at L_valid/L_train = 1, ~2, ~5, ~15):\n\n"

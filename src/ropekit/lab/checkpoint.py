@@ -1,0 +1,204 @@
+# SPDX-License-Identifier: MIT
+"""The lab's checkpoints: safetensors files (never pickle) holding the model weights, the optimizer state and the
+data generator's state as tensors, and the step, the caller's ``meta`` and the model's
+:class:`~ropekit.lab.model.LMConfig` as metadata, so that a reader can rebuild the model that wrote them.
+Checkpoints written before the model config was recorded read as the default model. Every reader refuses an
+unreadable file or malformed metadata with a ValueError naming the file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ropekit.lab.model import LMConfig, TinyLM
+
+__all__ = ["CheckpointInfo", "checkpoint_info", "load_checkpoint", "save_checkpoint"]
+
+
+def save_checkpoint(
+    path: Path,
+    model: TinyLM,
+    opt: torch.optim.Optimizer,
+    step: int,
+    gen: torch.Generator,
+    meta: dict[str, Any],
+) -> None:
+    """Write ``model``'s weights, ``opt``'s state and ``gen``'s state to ``path`` (safetensors, atomically), with
+    the step, ``meta`` and ``model.cfg`` (so that :func:`checkpoint_info` can rebuild the model) as metadata."""
+    from safetensors.torch import save_file
+
+    tensors = {f"model.{k}": v.detach().contiguous() for k, v in model.state_dict().items()}
+    names = {id(p): n for n, p in model.named_parameters()}
+    for group in opt.param_groups:
+        for p in group["params"]:
+            for key, val in opt.state.get(p, {}).items():
+                if torch.is_tensor(val):
+                    tensors[f"opt.{names[id(p)]}.{key}"] = val.detach().reshape(val.shape).contiguous()
+    tensors["gen_state"] = gen.get_state()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    metadata = {
+        "step": str(step),
+        "meta": json.dumps(meta, sort_keys=True),
+        "config": json.dumps(model.cfg.as_dict(), sort_keys=True),  # the model to rebuild (checkpoint_info)
+    }
+    save_file(tensors, str(tmp), metadata=metadata)
+    tmp.replace(path)
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """A checkpoint's metadata: the step, the caller's ``meta`` and the model's config (None when the checkpoint
+    was written before :func:`save_checkpoint` recorded it: the default :class:`LMConfig`)."""
+
+    step: int
+    meta: dict[str, Any]
+    config: LMConfig | None
+
+
+def _where(path: Path) -> str:
+    return f"lab checkpoint {str(path)!r}"
+
+
+def _read_json_object(path: Path, md: dict[str, str], key: str) -> dict[str, Any]:
+    try:
+        val = json.loads(md[key])
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{_where(path)}: metadata {key!r} is not valid JSON ({e})") from None
+    if not isinstance(val, dict):
+        raise ValueError(  # noqa: TRY004 - the CLI reports ValueErrors
+            f"{_where(path)}: metadata {key!r} must be a JSON object, got {type(val).__name__}"
+        )
+    return val
+
+
+def _config(path: Path, raw: dict[str, Any]) -> LMConfig:
+    """An :class:`LMConfig` from recorded fields, each checked (unknown or ill-typed fields are refused)."""
+    fields = {f.name: f for f in dataclasses.fields(LMConfig)}
+    unknown = sorted(set(raw) - set(fields))
+    if unknown:
+        raise ValueError(
+            f"{_where(path)}: metadata 'config' has unknown fields {unknown}; known: {list(fields)}"
+        )
+    for name, val in raw.items():
+        if isinstance(fields[name].default, str):
+            ok, expected = isinstance(val, str), "a string"
+        else:  # every other field is a size
+            ok, expected = type(val) is int and val >= 1, "a positive int"
+        if not ok:
+            raise ValueError(
+                f"{_where(path)}: metadata 'config' field {name!r} must be {expected}, got {val!r}"
+            )
+    from ropekit.lab.encodings import ENCODINGS
+
+    if raw.get("encoding", LMConfig.encoding) not in ENCODINGS:
+        raise ValueError(
+            f"{_where(path)}: metadata 'config' field 'encoding' is {raw['encoding']!r}; known: {sorted(ENCODINGS)}"
+        )
+    cfg = LMConfig(**raw)
+    if cfg.d_model % cfg.n_heads or cfg.n_heads % cfg.n_kv_heads or cfg.head_dim % 2:
+        raise ValueError(
+            f"{_where(path)}: metadata 'config' is not a buildable model: d_model={cfg.d_model} must split into "
+            f"n_heads={cfg.n_heads} heads of even width, and n_heads into n_kv_heads={cfg.n_kv_heads} groups"
+        )
+    return cfg
+
+
+def checkpoint_info(path: Path) -> CheckpointInfo:
+    """Read and check the metadata of a checkpoint written by :func:`save_checkpoint` (no tensor is loaded).
+
+    Raises ValueError naming ``path`` when it is not a readable safetensors file or its metadata is missing or
+    malformed.
+    """
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            md = f.metadata() or {}
+    except Exception as e:  # noqa: BLE001 - safetensors raises its own error types
+        raise ValueError(f"{_where(path)}: not a readable safetensors file ({e})") from None
+    lacking = [k for k in ("step", "meta") if k not in md]
+    if lacking:
+        raise ValueError(
+            f"{_where(path)}: a safetensors file without the lab's checkpoint metadata {lacking} "
+            "(written by ropekit.lab.train.save_checkpoint?)"
+        )
+    try:
+        step = int(md["step"])
+    except ValueError:
+        raise ValueError(f"{_where(path)}: metadata 'step' must be an int, got {md['step']!r}") from None
+    meta = _read_json_object(path, md, "meta")
+    config = _config(path, _read_json_object(path, md, "config")) if "config" in md else None
+    return CheckpointInfo(step, meta, config)
+
+
+def _check_fits(
+    path: Path, model: TinyLM, tensors: dict[str, torch.Tensor], recorded: LMConfig | None
+) -> None:
+    """ValueError naming ``path`` unless the checkpoint's ``model.*`` tensors are exactly ``model``'s; the message
+    says which model wrote it (``recorded``; None for a checkpoint written before the config was recorded)."""
+    want = model.state_dict()
+    got = {k[6:]: v for k, v in tensors.items() if k.startswith("model.")}
+    missing = [k for k in want if k not in got]
+    unexpected = [k for k in got if k not in want]
+    shapes = [
+        f"{k} {list(got[k].shape)} (the model's: {list(want[k].shape)})"
+        for k in want
+        if k in got and got[k].shape != want[k].shape
+    ]
+    problems = [
+        f"{what} {_few(keys)}"
+        for what, keys in (("lacks", missing), ("has unexpected", unexpected), ("has other shapes:", shapes))
+        if keys
+    ]
+    if problems:
+        if recorded is None:
+            origin = (
+                "it records no model config (written before save_checkpoint recorded it), so it was read as "
+                "this model"
+            )
+        else:
+            origin = f"it was written by a model with LMConfig {recorded.as_dict()}"
+        raise ValueError(
+            f"{_where(path)} does not fit the model (LMConfig {model.cfg.as_dict()}): "
+            + "; ".join(problems)
+            + f"; {origin}"
+        )
+
+
+def _few(keys: list[str], n: int = 4) -> str:
+    more = f" and {len(keys) - n} more" if len(keys) > n else ""
+    return f"{len(keys)} model tensor(s): " + ", ".join(keys[:n]) + more
+
+
+def load_checkpoint(
+    path: Path, model: TinyLM, opt: torch.optim.Optimizer | None, gen: torch.Generator | None
+) -> tuple[int, dict[str, Any]]:
+    """Load a checkpoint of :func:`save_checkpoint` into ``model`` (and ``opt``, ``gen`` when given); returns the
+    step and the caller's ``meta``. Raises ValueError naming ``path`` when the file is unreadable, its metadata is
+    malformed, or its model tensors do not fit ``model`` (missing, unexpected or of another shape)."""
+    from safetensors import safe_open
+
+    info = checkpoint_info(path)
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - safe_open is not iterable
+    except Exception as e:  # noqa: BLE001 - safetensors raises its own error types
+        raise ValueError(f"{_where(path)}: cannot read its tensors ({e})") from None
+    _check_fits(path, model, tensors, info.config)
+    model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
+    if opt is not None:
+        params = dict(model.named_parameters())
+        for k, v in tensors.items():
+            if k.startswith("opt."):
+                name, key = k[4:].rsplit(".", 1)
+                opt.state[params[name]][key] = v
+    if gen is not None and "gen_state" in tensors:
+        gen.set_state(tensors["gen_state"])
+    return info.step, info.meta
