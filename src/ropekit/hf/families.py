@@ -224,7 +224,10 @@ FAMILIES: tuple[Family, ...] = (
             "MiniMaxM3VL",
         ),
         positions="mrope",
-        refused="multi-axis (M-RoPE) positions [3, b, s]: ropekit.hf does not yet express multi-axis rotaries",
+        refused=(
+            "M-RoPE text rotary (positions [3, b, s]) of a family outside the VL families ropekit.hf has verified "
+            "(docs/multimodal.md); not patched"
+        ),
     ),
     Family(
         "deepseek_v4 (rope on the trailing channels)",

@@ -129,6 +129,14 @@ class FusedStaticCache(StaticCache):
 
     def __init__(self, model: torch.nn.Module, max_cache_len: int, **kwargs: Any) -> None:
         if not _owners(model):
+            from ropekit.hf.patch_vl import RopekitVLRotary
+
+            if any(isinstance(m, RopekitVLRotary) for m in model.modules()):
+                raise ValueError(
+                    f"FusedStaticCache serves 1-D text rotaries; {type(model).__name__} is patched, but its text "
+                    "rotary is multi-axis (M-RoPE), whose fused cache write is not supported: use transformers' "
+                    "StaticCache with the patched model"
+                )
             raise ValueError(
                 f"FusedStaticCache needs a model patched by ropekit.hf.patch, got {type(model).__name__} "
                 "without a patched rotary module"

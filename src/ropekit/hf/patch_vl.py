@@ -127,9 +127,16 @@ def _exact_frequencies(orig: nn.Module) -> tuple[float, ...]:
     for v in hf.tolist():
         best = min(candidates, key=lambda t: abs(t - v) / t)
         if abs(best - v) > _FREQ_RTOL * best:
+            dt = orig.inv_freq.dtype
+            cast = (
+                f" (its inv_freq buffer is {dt}: the model was cast after it was built; load it with "
+                "from_pretrained(..., dtype=...) or patch before casting)"
+                if dt in (torch.float16, torch.bfloat16)
+                else ""
+            )
             raise ValueError(
                 f"{type(orig).__name__}: inv_freq entry {v!r} matches no base^(-2j/dim) of base {base:g}; "
-                "ropekit refuses frequencies it cannot reproduce exactly"
+                f"ropekit refuses frequencies it cannot reproduce exactly{cast}"
             )
         out.append(best)
     return tuple(out)

@@ -7,9 +7,10 @@ GLM-4V, as in ``shared/reference/multiaxis.md`` sections 2-6:
 - a text run of n tokens gets ``cur + [0, n)`` on all three rows, then ``cur += n``;
 - a vision block with grid (T, h, w) in patch units and spatial merge m has ``T * (h/m) * (w/m)`` tokens in
   raster order per frame; ids are ``cur + (t_i, row, col)``;
-- temporal step: ``t_i = i`` (Qwen2-VL, images everywhere); Qwen2.5-VL videos ``t_i = int(i * second_per_grid_t *
-  tokens_per_second)`` -- the float product first (float64, left to right as the Qwen reference writes it), then
-  truncation, so fractional intervals are right (transformers truncated ``second_per_grid_t`` first: PR #48669);
+- temporal step: ``t_i = i`` (Qwen2-VL, images everywhere); Qwen2.5-VL videos ``t_i = int(i * (tokens_per_second *
+  second_per_grid_t))`` -- the float product first, then truncation, so fractional intervals are right
+  (transformers truncated ``second_per_grid_t`` first until its PR #48669), computed as transformers computes it
+  (the interval, then ``i * interval`` in float32): truncation depends on the order and dtype;
 - Qwen3-VL and GLM-4V split a video into single-frame blocks (time is carried by timestamp text);
 - the advance after a block: ``rule="v4"`` (the original model code the checkpoints were trained with, and the
   default): ``cur = max(all ids so far) + 1``; ``rule="v5"`` (transformers 5.x): ``cur += max(h/m, w/m)``. They
@@ -133,7 +134,11 @@ def _block_ids(block: VisionBlock, cur: int, family: str, merge: int, tps: float
                 f"M-RoPE ids overflow int64: frame {t - 1} of VisionBlock.grid_thw={block.grid_thw} sits at "
                 f"{cur} + {t - 1} * second_per_grid_t={spg!r} * tokens_per_second={tps!r} > 2^63 - 1"
             )
-        steps = [int(i * spg * tps) for i in range(t)]  # float64 product first, then truncation toward zero
+        # transformers' arithmetic (after its PR #48669), whose truncation the ids must copy: the interval
+        # tokens_per_second * second_per_grid_t, then i * interval in the default float dtype (float32), then
+        # truncation toward zero. Exact multiples land either side of an integer depending on that order and
+        # dtype (25 fps: 25 * 0.08 gives 4 in float32 and 3 in float64 when 0.08 came from a float32 tensor).
+        steps = (torch.arange(t) * (tps * spg)).long().tolist()
     else:
         steps = list(range(t))
     _check_fits(cur + max(steps[-1], hh - 1, ww - 1), f"VisionBlock.grid_thw={block.grid_thw}")

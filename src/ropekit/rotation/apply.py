@@ -340,6 +340,8 @@ def apply_rope_tables(
 
     Args:
         cos, sin: float32 or float64 tables of shape [s, n] or [b, s, n] ([t, n] for "thd"), n = rotary_dim // 2.
+            Their shapes and dtypes are checked, their values are not (a NaN in a table reaches the output): they
+            are meant to come from :func:`ropekit.rope_tables` or :class:`Rotary`, and a scan would cost a pass.
 
     Repeated calls with the same geometry (decoding) take a prepared one-call path: see
     :mod:`ropekit.rotation.fastpath`.

@@ -34,7 +34,10 @@ from ropekit.hf.rotary import RopekitRotary
 sys.path.insert(0, str(Path(__file__).parent))
 from tiny import build, families, padded_inputs, rel_masked
 
-_MROPE = "multi-axis (M-RoPE) positions [3, b, s]: ropekit.hf does not yet express multi-axis rotaries"
+_MROPE = (
+    "M-RoPE text rotary (positions [3, b, s]) of a family outside the VL families ropekit.hf has verified "
+    "(docs/multimodal.md); not patched"
+)
 _NOT_BUILT = "our tiny config cannot build or run the unpatched model"
 #: model_type -> ("exact" | "refused" | "untested", reason)
 EXPECTED: dict[str, tuple[str, str]] = {

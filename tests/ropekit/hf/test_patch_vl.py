@@ -301,3 +301,21 @@ def test_bf16_model_rotates_with_float32_tables() -> None:
         got = modeling.apply_rotary_pos_emb(q.bfloat16(), q.bfloat16(), cos, sin)[0]
     assert got.dtype == torch.bfloat16
     assert (got.double() - exact).abs().max() < (ref.double() - exact).abs().max()
+
+
+def test_cast_vl_model_refusal_names_the_cast() -> None:
+    """A VL model cast to bf16 before patch is refused (its vision rotary's rounded inv_freq matches no base); the
+    message says the cast is why and what to do, and nothing is modified."""
+    m = _model("qwen2_vl").eval().to(torch.bfloat16)
+    classes = [type(x) for x in m.modules()]
+    with pytest.raises(ValueError, match=r"inv_freq buffer is torch.bfloat16: the model was cast after it was built"):
+        ropekit.hf.patch(m)
+    assert [type(x) for x in m.modules()] == classes
+
+
+def test_fused_static_cache_refuses_a_vl_model_by_name() -> None:
+    from ropekit.hf.fused_cache import FusedStaticCache
+
+    m = _model("qwen2_vl").eval()
+    with ropekit.hf.patched(m), pytest.raises(ValueError, match=r"its text rotary is multi-axis \(M-RoPE\)"):
+        FusedStaticCache(m, max_cache_len=32)

@@ -288,3 +288,20 @@ def test_split_text_row() -> None:
     assert split_text_row(p4[0])[1].shape == (3, 2, 3)
     with pytest.raises(ValueError, match="4 .* or 3 .* rows, got 2"):
         split_text_row(p4[:2])
+
+
+def test_qwen2_5_vl_video_steps_copy_transformers_truncation() -> None:
+    """Truncation of i * interval depends on order and dtype: transformers 5.x (after its PR #48669) forms the
+    interval tokens_per_second * second_per_grid_t and multiplies in float32. With second_per_grid_t from the
+    processor's float32 tensor, a float64 product put frame 25 of a 25 fps video at t = 3 instead of 4."""
+    mod = pytest.importorskip("transformers.models.qwen2_5_vl.modeling_qwen2_5_vl")
+    vision_ids = mod.Qwen2_5_VLModel.get_vision_position_ids  # uses nothing of the model instance
+    for fps in range(1, 61):
+        spg = torch.tensor([2.0 / fps], dtype=torch.float32)[
+            0
+        ]  # temporal_patch_size 2, as the processor gives it
+        for tps in (1, 2, 4, 25):
+            want = vision_ids(None, 0, torch.tensor([60, 2, 2]), 1, 2, tps * spg)
+            block = VisionBlock((60, 2, 2), video=True, second_per_grid_t=float(spg))
+            got = mrope_positions([block], family="qwen2_5_vl", tokens_per_second=tps)
+            assert torch.equal(got, want), (fps, tps)
