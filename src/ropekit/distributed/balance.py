@@ -29,8 +29,14 @@ def report(seq_len: int, world_sizes: list[int]) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for w in world_sizes:
+        usable = 0
         for layout in LAYOUTS:
-            per = causal_pairs(seq_len, w, layout)  # type: ignore[arg-type]
+            try:
+                per = causal_pairs(seq_len, w, layout)  # type: ignore[arg-type]
+            except ValueError as e:  # this layout cannot split seq_len over w ranks; the others may
+                lines.append(f"| {w} | {layout} | cannot split: {e} | | | | |")
+                continue
+            usable += 1
             steps = ring_step_pairs(seq_len, w, layout)  # type: ignore[arg-type]
             mean = sum(per) / w
             crit = sum(max(s) for s in steps)
@@ -41,6 +47,8 @@ def report(seq_len: int, world_sizes: list[int]) -> str:
                 f"| {w} | {layout} | {', '.join(map(str, per))} | {max(per) / mean:.3f} | {crit / mean:.3f} "
                 f"| {', '.join(map(str, done_per))} | {done_crit / mean:.3f} |"
             )
+        if not usable:
+            raise ValueError(f"no layout can split seq_len={seq_len} over world_size={w}")
     return "\n".join(lines)
 
 

@@ -26,12 +26,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ropekit.distributed.agree import FLOATS, agree, agree_values
 from ropekit.distributed.blocks import block_backward, block_forward, block_mask, merge_lse
 from ropekit.distributed.layouts import check_cu_seqlens
 
 __all__ = ["ring_attention"]
 
-_FLOATS = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
 _INTS = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 _META = (
     "batch",
@@ -42,8 +42,10 @@ _META = (
     "v head_dim",
     "dtype",
     "causal",
-    "cu_seqlens",
+    "cu_seqlens length",
 )
+#: how the agreement errors print a field (dtype as its name, not its index)
+_SHOW = {"dtype": lambda i: str(FLOATS[i]), "causal": lambda i: str(bool(i))}
 
 
 def _group_info(group: Any) -> tuple[int, int]:
@@ -82,7 +84,7 @@ def _local_problem(
                 ValueError,
                 f"{name} must be bshd [batch, seq, heads, head_dim], got shape {tuple(x.shape)}",
             )
-        if x.dtype not in _FLOATS:
+        if x.dtype not in FLOATS:
             return ValueError, f"{name} must be float64, float32, bfloat16 or float16, got {x.dtype}"
     if k.dtype != q.dtype or v.dtype != q.dtype:
         return ValueError, f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}"
@@ -129,35 +131,10 @@ def _local_problem(
     return None
 
 
-def _meta(q: Any, k: Any, v: Any, causal: bool, cu_seqlens: Any) -> list[int]:
-    cu = 0
-    if cu_seqlens is not None:
-        c = cu_seqlens.detach().to("cpu", torch.int64)
-        cu = int((c * torch.arange(1, c.numel() + 1)).sum()) % (2**61)
-    return [*q.shape[:3], k.shape[2], q.shape[3], v.shape[3], _FLOATS.index(q.dtype), int(causal), cu]
-
-
-def _agree(
-    problem: tuple[type[Exception], str] | None, meta: list[int], group: Any, world: int, dev: Any
-) -> None:
-    """Raise on every rank if any rank's arguments are bad or the ranks disagree (instead of a hang)."""
-    if world > 1:
-        row = torch.tensor([int(problem is not None), *(meta if problem is None else [0] * len(_META))])
-        if dev.type != "cpu" and dist.get_backend(group) == "nccl":
-            row = row.to(dev)
-        rows = [torch.empty_like(row) for _ in range(world)]
-        dist.all_gather(rows, row, group=group)
-        table = torch.stack(rows).cpu()
-        if problem is None and bool(table[:, 0].any()):
-            bad = table[:, 0].nonzero().flatten().tolist()
-            raise ValueError(f"ring_attention: rank(s) {bad} rejected their arguments (see their error)")
-        if problem is None:
-            for j, name in enumerate(_META):
-                col = table[:, j + 1]
-                if bool((col != col[0]).any()):
-                    raise ValueError(f"ring_attention: ranks disagree on {name}: {col.tolist()} (rank order)")
-    if problem is not None:
-        raise problem[0](problem[1])
+def _meta(q: Any, k: Any, v: Any, causal: bool, cu_seqlens: Any) -> list[tuple[str, int]]:
+    n_cu = 0 if cu_seqlens is None else int(cu_seqlens.numel())  # the values themselves: agree_values
+    vals = [*q.shape[:3], k.shape[2], q.shape[3], v.shape[3], FLOATS.index(q.dtype), int(causal), n_cu]
+    return list(zip(_META, vals, strict=True))
 
 
 def _exchange(
@@ -306,8 +283,11 @@ def ring_attention(
     """
     world, rank = _group_info(group)
     problem = _local_problem(q, k, v, positions, causal, scale, cu_seqlens, world)
-    meta = _meta(q, k, v, causal, cu_seqlens) if problem is None else []
-    _agree(problem, meta, group, world, q.device if isinstance(q, torch.Tensor) else torch.device("cpu"))
+    dev = q.device if isinstance(q, torch.Tensor) else torch.device("cpu")
+    fields = _meta(q, k, v, causal, cu_seqlens) if problem is None else [(n, 0) for n in _META]
+    agree("ring_attention", problem, fields, group, world, dev, _SHOW)
+    if cu_seqlens is not None:
+        agree_values("ring_attention", "cu_seqlens", cu_seqlens, group, world, dev)
     sc = float(scale) if scale is not None else 1.0 / math.sqrt(q.shape[-1])
     pos = positions.to(q.device, torch.int64).contiguous()
     cu = None if cu_seqlens is None else cu_seqlens.to(q.device, torch.int64)

@@ -21,7 +21,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ropekit.distributed.agree import FLOATS, agree
+
 __all__ = ["heads_to_seq", "seq_to_heads"]
+
+_FIELDS = ("batch", "seq", "heads", "head_dim", "dtype")
 
 
 def _world(group: Any) -> int:
@@ -64,14 +68,29 @@ class _HeadsToSeq(torch.autograd.Function):
         return _a2a(g.contiguous(), ctx.group, ctx.world, split=2, cat=1), None, None
 
 
-def _check(x: object, name: str, dim: int, what: str, world: int) -> torch.Tensor:
+def _problem(x: object, dim: int, what: str, world: int) -> tuple[type[Exception], str] | None:
     if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        return TypeError, f"x must be a torch.Tensor, got {type(x).__name__}"
     if x.dim() != 4:
-        raise ValueError(f"{name} must be bshd [batch, seq, heads, head_dim], got shape {tuple(x.shape)}")
+        return ValueError, f"x must be bshd [batch, seq, heads, head_dim], got shape {tuple(x.shape)}"
+    if x.dtype not in FLOATS:
+        return ValueError, f"x must be float64, float32, bfloat16 or float16, got {x.dtype}"
     if x.shape[dim] % world:
-        raise ValueError(f"{name} has {x.shape[dim]} {what}, not divisible by the group size {world}")
-    return x
+        return ValueError, f"x has {x.shape[dim]} {what}, not divisible by the group size {world}"
+    return None
+
+
+def _check(op: str, x: object, dim: int, what: str, group: Any, world: int) -> torch.Tensor:
+    """Local checks, then agreement of shape and dtype across the ranks (one small all_gather): an all-to-all of
+    mismatched tensors aborts (gloo), hangs (NCCL) or returns another dtype's bytes."""
+    problem = _problem(x, dim, what, world)
+    fields: list[tuple[str, int]] = [(n, 0) for n in _FIELDS]
+    if problem is None:
+        assert isinstance(x, torch.Tensor)
+        fields = list(zip(_FIELDS, [*x.shape, FLOATS.index(x.dtype)], strict=True))
+    dev = x.device if isinstance(x, torch.Tensor) else torch.device("cpu")
+    agree(op, problem, fields, group, world, dev, {"dtype": lambda i: str(FLOATS[i])})
+    return x  # type: ignore[return-value]
 
 
 def seq_to_heads(x: torch.Tensor, group: dist.ProcessGroup | None = None) -> torch.Tensor:
@@ -80,10 +99,11 @@ def seq_to_heads(x: torch.Tensor, group: dist.ProcessGroup | None = None) -> tor
     Differentiable (the backward is :func:`heads_to_seq`). Every rank of ``group`` must call it.
 
     Raises:
-        ValueError: x not bshd, or heads not divisible by the group size.
+        TypeError, ValueError: x not a bshd float tensor, heads not divisible by the group size, or the ranks'
+            shapes or dtypes differ -- on every rank (they agree first, so none is left waiting).
     """
     world = _world(group)
-    _check(x, "x", 2, "heads", world)
+    _check("seq_to_heads", x, 2, "heads", group, world)
     out: torch.Tensor = _SeqToHeads.apply(x.contiguous(), group, world)  # type: ignore[no-untyped-call]
     return out
 
@@ -92,9 +112,10 @@ def heads_to_seq(x: torch.Tensor, group: dist.ProcessGroup | None = None) -> tor
     """Inverse of :func:`seq_to_heads`: [b, W*s, h/W, d] -> [b, s, h, d]. Differentiable.
 
     Raises:
-        ValueError: x not bshd, or sequence not divisible by the group size.
+        TypeError, ValueError: x not a bshd float tensor, sequence not divisible by the group size, or the ranks'
+            shapes or dtypes differ -- on every rank.
     """
     world = _world(group)
-    _check(x, "x", 1, "sequence entries", world)
+    _check("heads_to_seq", x, 1, "sequence entries", group, world)
     out: torch.Tensor = _HeadsToSeq.apply(x.contiguous(), group, world)  # type: ignore[no-untyped-call]
     return out

@@ -92,4 +92,14 @@ def test_balance_cli_refuses_an_unsplittable_length_as_a_usage_error(capsys: pyt
         main(["--seq-len", "100", "--world-size", "3"])
     assert e.value.code == 2
     err = capsys.readouterr().err
-    assert "error: layout 'contiguous' needs seq_len divisible by world_size = 3; got seq_len=100" in err
+    assert "error: no layout can split seq_len=100 over world_size=3" in err
+
+
+def test_balance_cli_keeps_the_layouts_that_split(capsys: pytest.CaptureFixture[str]) -> None:
+    """12 tokens over 4 ranks: zigzag needs multiples of 8, contiguous and stripe do not -- their rows print."""
+    assert main(["--seq-len", "12", "--world-size", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "| 4 | zigzag | cannot split: layout 'zigzag' needs seq_len divisible by 2 * world_size = 8" in out
+    # causal pairs per rank, counted by hand: contiguous rows 0-2, 3-5, ...: 1+2+3, 4+5+6, 7+8+9, 10+11+12
+    assert "| 4 | contiguous | 6, 15, 24, 33 |" in out
+    assert "| 4 | stripe | 15, 18, 21, 24 |" in out  # rank r holds r, r+4, r+8: (r+1) + (r+5) + (r+9)
