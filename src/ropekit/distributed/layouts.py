@@ -25,6 +25,7 @@ Shapes: S sequence, W world size, L = S / W local length, n documents.
 
 from __future__ import annotations
 
+import operator
 from typing import Literal
 
 import torch
@@ -37,11 +38,16 @@ _CU_DTYPES = (torch.int32, torch.int64)
 
 
 def _check_int(name: str, value: object, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
+    """An int (or an integer-like: numpy ints, 0-d integer tensors), not bool, >= low."""
+    if isinstance(value, bool) or (isinstance(value, torch.Tensor) and value.dtype == torch.bool):
         raise TypeError(f"{name} must be an int, got {value!r}")
-    if value < low:
-        raise ValueError(f"{name} must be >= {low}, got {value}")
-    return value
+    try:
+        n = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"{name} must be an int, got {value!r}") from None
+    if n < low:
+        raise ValueError(f"{name} must be >= {low}, got {n}")
+    return n
 
 
 def _check_layout(layout: object) -> str:

@@ -181,3 +181,14 @@ def test_packed_layouts_partition_and_follow_the_formula(world: int, units: list
     for r in range(world):
         assert rows[r].tolist() == oracle_rows(layout, seq, world, r, lengths if layout == "zigzag" else None)
         assert torch.equal(shard_positions(seq, world, r, layout, cu_seqlens=cu), doc_pos[rows[r]])  # type: ignore[arg-type]
+
+
+def test_integer_likes_are_lengths_and_ranks() -> None:
+    """numpy ints and 0-d integer tensors are ints (a bool, a float or a string is not)."""
+    np = pytest.importorskip("numpy")
+    want = shard_positions(16, 2, 1)
+    assert torch.equal(shard_positions(np.int64(16), np.int32(2), 1), want)
+    assert torch.equal(shard_positions(torch.tensor(16), 2, torch.tensor(1)), want)
+    for bad in (True, 16.0, "16", torch.tensor(True)):
+        with pytest.raises(TypeError, match="seq_len must be an int"):
+            shard_positions(bad, 2, 0)  # type: ignore[arg-type]
