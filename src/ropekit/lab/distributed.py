@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: MIT
-"""Data-parallel training for the lab on an existing engine: ``torch.distributed`` with DistributedDataParallel,
-the gloo backend on CPU (NCCL where CUDA is used). Launch any lab command under torchrun, e.g.
+"""Data-parallel training for the lab on an existing engine: ``torch.distributed`` with DistributedDataParallel
+and the gloo backend. The lab's models train on the CPU, so the process group is gloo on every machine, GPU ones
+included (NCCL reduces CUDA tensors only: the CPU gradients' all-reduce would fail there). Launch any lab command
+under torchrun, e.g.
 
     torchrun --nproc_per_node 2 -m ropekit.lab extrapolation --quick
 
@@ -14,7 +16,6 @@ from __future__ import annotations
 
 import os
 
-import torch
 import torch.distributed as dist
 
 __all__ = ["is_main", "setup", "teardown", "world"]
@@ -24,7 +25,7 @@ def setup() -> tuple[int, int]:
     """Join the process group torchrun describes (``WORLD_SIZE`` > 1 in the environment); returns (rank, size)."""
     size = int(os.environ.get("WORLD_SIZE", "1"))
     if size > 1 and not dist.is_initialized():
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        dist.init_process_group("gloo")  # CPU tensors, whether or not the machine has a GPU
     return world()
 
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 import ropekit
@@ -18,6 +19,7 @@ from ropekit.lab.train import train
 CFG = {"d_model": 32, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "ffn": 64}
 WORKER = """
 import json, sys
+import pytest
 import torch
 from ropekit.lab.data import train_batch
 from ropekit.lab.distributed import setup, teardown
@@ -72,3 +74,19 @@ def test_two_gloo_processes_equal_one(tmp_path: Path) -> None:
     for k, v in model.state_dict().items():
         torch.testing.assert_close(torch.tensor(ddp["weights"][k]), v.flatten(), rtol=1e-4, atol=1e-6, msg=k)
     assert single.losses[-1] < single.losses[0]  # it trained
+
+
+def test_a_gpu_machine_still_joins_with_gloo(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lab trains on the CPU: on a machine with CUDA, the process group must still be gloo (NCCL cannot reduce
+    the CPU gradients; the GPU machine's suite failed here when setup chose NCCL whenever CUDA was available)."""
+    import torch.distributed as dist
+
+    from ropekit.lab import distributed
+
+    joined: list[object] = []
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(dist, "init_process_group", lambda backend, *a, **kw: joined.append(backend))
+    distributed.setup()
+    assert joined == ["gloo"]
