@@ -44,7 +44,12 @@ def default_extents(spec: RopeSpec, context: int) -> dict[str, float]:
     """Extents used when none are given: the context for t / x-less 1-D-like axes, 64 for spatial axes.
 
     For normalised coordinates (DINOv3) pass ``{"row": 2.0, "col": 2.0}`` (the [-1, 1] box) instead.
+
+    Raises:
+        ValueError: ``context`` is not a positive int.
     """
+    if isinstance(context, bool) or not isinstance(context, int) or context < 1:
+        raise ValueError(f"context must be a positive int, got {context!r}")
     if spec.axes is None:
         return {"p": float(context)}
     return {n: float(context) if n in ("t", "time") else float(_GRID) for n in spec.axes.names}

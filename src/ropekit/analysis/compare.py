@@ -21,14 +21,28 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from ropekit.scaling import NTK, DynamicNTK, Linear, Llama3, LongRope, Scaling, Yarn
 from ropekit.spec import RopeSpec
 
-__all__ = ["NOTES", "SCHEMES", "build_scheme", "compare_schemes", "default_target", "original_length"]
+__all__ = [
+    "MODEL_ONLY",
+    "NOTES",
+    "SCHEMES",
+    "build_scheme",
+    "compare_schemes",
+    "default_target",
+    "original_length",
+    "scheme_columns",
+]
 
+#: Schemes :func:`build_scheme` builds from a factor and L0 alone (HF's default parameters): the default columns.
 SCHEMES: tuple[str, ...] = ("linear", "ntk", "dynamic", "yarn", "llama3")
+#: Schemes that need the model's own searched parameters. ``schemes`` may name them only for a spec that has one;
+#: they add no column of their own: the spec's scheme is always shown as ``model:<type>``.
+MODEL_ONLY: dict[str, type[Scaling]] = {"longrope": LongRope}
 #: What a length-dependent column means, keyed by column name ({s}: the factor T / L0; {m}: s * s - s + 1).
 NOTES: dict[str, str] = {
     "dynamic": (
@@ -45,16 +59,36 @@ NOTES: dict[str, str] = {
 
 
 def original_length(spec: RopeSpec, context: int) -> int:
-    """The pretraining length L0: the scheme's original length if the spec is scaled, else ``context``."""
+    """The pretraining length L0 of ``spec`` used at ``context`` tokens.
+
+    - YaRN, Llama 3, LongRoPE: their ``original_max_position_embeddings``; dynamic NTK: its
+      ``max_position_embeddings`` (the length it starts growing the base at);
+    - schemes defined by a factor alone (:class:`~ropekit.scaling.Linear`, :class:`~ropekit.scaling.NTK` with
+      ``factor``): ``context / factor`` rounded down (a model interpolated by 4 to 8192 tokens was trained at
+      2048), at least 1;
+    - unscaled specs and NTK with ``alpha`` (HunYuan's alpha is not a length ratio): ``context``.
+
+    Raises:
+        ValueError: ``context`` is not a positive int.
+    """
+    check_length("context", context)
     sc = spec.scaling
     for attr in ("original_max_position_embeddings", "max_position_embeddings"):
         if sc is not None and getattr(sc, attr, None) is not None:
             return int(getattr(sc, attr))
+    factor = getattr(sc, "factor", None)
+    if isinstance(sc, (Linear, NTK)) and factor is not None:
+        return max(1, int(context / factor))
     return int(context)
 
 
 def build_scheme(name: str, factor: float, original_len: int) -> Scaling:
-    """A scheme with HF's default parameters (YaRN betas 32/1; Llama 3 low 1, high 4)."""
+    """A scheme with HF's default parameters (YaRN betas 32/1; Llama 3 low 1, high 4).
+
+    Raises:
+        ValueError: ``name`` is not in :data:`SCHEMES` (``longrope`` needs a model's own factors); the scheme's
+            own checks on ``factor`` and ``original_len``.
+    """
     if name == "linear":
         return Linear(factor)
     if name == "ntk":
@@ -65,49 +99,117 @@ def build_scheme(name: str, factor: float, original_len: int) -> Scaling:
         return Yarn(factor, original_len)
     if name == "llama3":
         return Llama3(factor, 1.0, 4.0, original_len)
-    if name == "longrope":
-        raise ValueError(
-            "longrope needs the model's own per-band factors: use a LongRoPE model's config.json"
-        )
+    if name in MODEL_ONLY:
+        raise ValueError(f"{name} needs the model's own per-band factors: use a LongRoPE model's config.json")
     raise ValueError(f"unknown scheme {name!r}; known: {', '.join(SCHEMES)}")
 
 
 def default_target(spec: RopeSpec, context: int) -> int:
-    """max(4 * L0, context): four times the pretraining length, or the model's extended context if longer."""
+    """max(4 * L0, context): four times the pretraining length, or the model's extended context if longer.
+
+    Raises:
+        ValueError: ``context`` is not a positive int.
+    """
     return max(4 * original_length(spec, context), int(context))
 
 
-def compare_schemes(
-    spec: RopeSpec, *, context: int, target: int, schemes: tuple[str, ...] = SCHEMES
-) -> dict[str, Any]:
-    """Per-band interpolation ratios theta / theta' at length ``target`` for each scheme (plus the model's own)."""
-    L0 = original_length(spec, context)
-    unknown = [n for n in schemes if n not in SCHEMES and n != "longrope"]
-    if unknown:
-        raise ValueError(
-            f"unknown scheme {unknown[0]!r} for --compare; known: {', '.join(SCHEMES)}, longrope"
-        )
+def check_length(name: str, value: object) -> int:
+    """``value`` if it is a positive int (not a bool), else ValueError naming ``name`` and the value."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return value
+
+
+def scheme_columns(
+    spec: RopeSpec,
+    *,
+    context: int,
+    target: int,
+    schemes: tuple[str, ...],
+    names: Mapping[str, str] | None = None,
+) -> tuple[int, dict[str, RopeSpec], dict[str, str]]:
+    """(L0, column name -> spec, scheme -> why it does not apply): the columns both tables show.
+
+    The spec's own scheme comes first as ``model:<type>``. Each name in ``schemes`` is built by
+    :func:`build_scheme` with s = ``target`` / L0; one the spec refuses (NTK, dynamic NTK, YaRN need a base, which
+    an explicit ``freqs`` table such as a vision tower's does not have) is left out with the spec's reason. A name
+    in :data:`MODEL_ONLY` adds no column (the model's own is there) and is an error for a spec without that scheme.
+
+    ``names`` renames the arguments in error messages (default: their Python names), e.g.
+    ``{"context": "--context", "target": "--extend-to", "schemes": "--compare"}`` for a command line.
+
+    Raises:
+        ValueError: ``context`` or ``target`` not a positive int, ``target`` below L0, ``schemes`` not a tuple of
+            known, distinct names, or a model-only scheme the spec does not have (each named with its value).
+    """
+
+    def arg(name: str) -> str:
+        return (names or {}).get(name, name)
+
+    try:
+        L0 = original_length(spec, context)
+    except ValueError:
+        raise ValueError(f"{arg('context')} must be a positive int, got {context!r}") from None
+    if isinstance(target, bool) or not isinstance(target, int) or target < 1:
+        raise ValueError(f"{arg('target')} must be a positive int, got {target!r}")
     if target < L0:
-        raise ValueError(f"--extend-to {target} is below the model's original length {L0}")
-    s = target / L0
-    plain = dataclasses.replace(spec, scaling=None)
-    theta = plain.frequencies().tolist()
+        raise ValueError(
+            f"{arg('target')}={target!r} is below the model's original length {L0} (expected an int >= {L0})"
+        )
+    if not isinstance(schemes, (tuple, list)) or not all(isinstance(n, str) for n in schemes):
+        raise ValueError(f"{arg('schemes')} must be a tuple of scheme names, got {schemes!r}")
+    known = (*SCHEMES, *MODEL_ONLY)
+    unknown = [n for n in schemes if n not in known]
+    if unknown:
+        raise ValueError(f"unknown scheme {unknown[0]!r} in {arg('schemes')}; known: {', '.join(known)}")
+    if len(set(schemes)) != len(schemes):
+        raise ValueError(f"{arg('schemes')} names a scheme twice: {tuple(schemes)!r}")
     columns: dict[str, RopeSpec] = {}
     if spec.scaling is not None:
         columns[f"model:{type(spec.scaling).__name__}"] = spec
+    refused: dict[str, str] = {}
+    s = target / L0
     for name in schemes:
-        if name == "longrope":
-            if not isinstance(spec.scaling, LongRope):
+        if name in MODEL_ONLY:
+            if not isinstance(spec.scaling, MODEL_ONLY[name]):
                 raise ValueError(
-                    "longrope needs the model's own per-band factors; only a LongRoPE model has them"
+                    f"{name} needs the model's own per-band factors; only a LongRoPE model has them "
+                    f"({arg('schemes')}={tuple(schemes)!r})"
                 )
             continue
-        columns[name] = dataclasses.replace(spec, scaling=build_scheme(name, s, L0))
+        try:
+            columns[name] = dataclasses.replace(spec, scaling=build_scheme(name, s, L0))
+        except ValueError as e:  # the spec refuses the scheme (explicit freqs, rotary_dim 2)
+            refused[name] = str(e)
+    return L0, columns, refused
+
+
+def compare_schemes(
+    spec: RopeSpec,
+    *,
+    context: int,
+    target: int,
+    schemes: tuple[str, ...] = SCHEMES,
+    names: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Per-band interpolation ratios theta / theta' at length ``target`` for each scheme (plus the model's own).
+
+    The columns are those of :func:`scheme_columns` (shared with :func:`ropekit.analysis.scheme_table`); schemes
+    the spec refuses are listed under ``not_applicable`` (name -> reason), present only when not empty.
+    ``names`` renames the arguments in error messages (a command line passes its flags).
+
+    Raises:
+        ValueError: as :func:`scheme_columns`.
+    """
+    L0, columns, refused = scheme_columns(spec, context=context, target=target, schemes=schemes, names=names)
+    s = target / L0
+    plain = dataclasses.replace(spec, scaling=None)
+    theta = plain.frequencies().tolist()
     ratios = {}
     for name, sp in columns.items():
         th = sp.frequencies(target).tolist()
         ratios[name] = [t / u if u > 0 else (1.0 if t == 0 else math.inf) for t, u in zip(theta, th)]
-    return {
+    out: dict[str, Any] = {
         "original_length": L0,
         "target": target,
         "factor": s,
@@ -124,3 +226,6 @@ def compare_schemes(
         "schemes": list(columns),
         "notes": {name: NOTES[name].format(s=s, m=s * s - s + 1) for name in columns if name in NOTES},
     }
+    if refused:
+        out["not_applicable"] = refused
+    return out

@@ -30,7 +30,7 @@ import math
 import torch
 
 from ropekit.scaling import Linear, Llama3, LongRope, Yarn
-from ropekit.spec import RopeSpec
+from ropekit.spec import RopeSpec, check_seq_len
 
 __all__ = ["common_fp32_inv_freq", "common_fp32_tables"]
 
@@ -72,7 +72,11 @@ def common_fp32_inv_freq(spec: RopeSpec, seq_len: int | None = None) -> torch.Te
 
     Returns:
         [n] float32 tensor on the CPU (zero for p-RoPE's dropped bands).
+
+    Raises:
+        ValueError, TypeError: ``seq_len`` is neither None nor an int >= 1 (as ``RopeSpec.frequencies``).
     """
+    seq_len = check_seq_len(seq_len)
     r = int(spec.rotary_dim)  # type: ignore[arg-type]
     sc = spec.scaling
     if spec.freqs is not None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ropekit.analysis.compare import check_length
 from ropekit.analysis.schemes import original_length
 from ropekit.spec import RopeSpec
 
@@ -23,7 +24,12 @@ __all__ = ["Rotations", "rotations", "turns"]
 
 
 def turns(theta: torch.Tensor, length: int) -> torch.Tensor:
-    """[n] float64 full turns completed within ``length`` tokens: length * theta / (2*pi)."""
+    """[n] float64 full turns completed within ``length`` tokens: length * theta / (2*pi).
+
+    Raises:
+        ValueError: ``length`` is not a positive int.
+    """
+    check_length("length", length)
     return theta.to(torch.float64) * float(length) / (2.0 * math.pi)
 
 

@@ -14,6 +14,11 @@ with HF's default parameters, and band i's ratio theta_i / theta'_i is reported:
 - Llama 3 (Meta 2024): wavelength bands with low_freq_factor 1, high_freq_factor 4;
 - LongRoPE (Ding et al. 2024, arXiv 2402.13753) needs searched per-band factors: only the model's own.
 
+The columns (and the errors) are :func:`ropekit.analysis.compare.scheme_columns`, shared with ``inspect
+--compare``'s :func:`~ropekit.analysis.compare.compare_schemes`: a scheme an explicit ``freqs`` table cannot take
+(base-defined: NTK, dynamic, YaRN) is listed in ``not_applicable``; ``longrope`` is accepted only for a LongRoPE
+spec, whose column is the model's own.
+
 Shapes: n bands, k schemes.
 """
 
@@ -25,12 +30,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ropekit.analysis.compare import SCHEMES, build_scheme, original_length
+from ropekit.analysis.compare import SCHEMES, build_scheme, original_length, scheme_columns
 from ropekit.spec import RopeSpec
 
 __all__ = ["SCHEME_NAMES", "SchemeTable", "original_length", "scheme", "scheme_table"]
 
-SCHEME_NAMES: tuple[str, ...] = SCHEMES  # the schemes `ropekit inspect --compare` knows, in the same order
+#: The default columns, in order (:data:`ropekit.analysis.compare.SCHEMES`: the schemes built from a factor and L0
+#: alone; ``"longrope"`` may be named too, for a LongRoPE spec only).
+SCHEME_NAMES: tuple[str, ...] = SCHEMES
 scheme = build_scheme  # a scheme by name with HF's default parameters
 
 
@@ -67,25 +74,16 @@ class SchemeTable:
 def scheme_table(
     spec: RopeSpec, *, context: int, target: int, schemes: tuple[str, ...] = SCHEME_NAMES
 ) -> SchemeTable:
-    """Every scheme in ``schemes`` (plus the spec's own scaling, if any) extending L0 to ``target``."""
-    L0 = original_length(spec, context)
-    if isinstance(target, bool) or not isinstance(target, int) or target < L0:
-        raise ValueError(f"target must be an int >= the original length {L0}, got {target!r}")
-    s = target / L0
+    """Every scheme in ``schemes`` (plus the spec's own scaling, if any) extending L0 to ``target``.
+
+    Raises:
+        ValueError: ``context`` or ``target`` not a positive int, ``target`` below L0, unknown or repeated names
+            in ``schemes``, ``longrope`` for a spec without LongRoPE (see
+            :func:`~ropekit.analysis.compare.scheme_columns`).
+    """
+    L0, columns, refused = scheme_columns(spec, context=context, target=target, schemes=schemes)
     plain = dataclasses.replace(spec, scaling=None)
     theta = plain.frequencies()
-    columns: dict[str, RopeSpec] = {}
-    if spec.scaling is not None:
-        columns[f"model:{type(spec.scaling).__name__}"] = spec
-    refused: dict[str, str] = {}
-    for name in schemes:
-        sc = scheme(name, s, L0)
-        if spec.freqs is not None and sc.needs_base:
-            refused[name] = (
-                f"{type(sc).__name__} is defined from the base; this spec has an explicit freqs table"
-            )
-            continue
-        columns[name] = dataclasses.replace(spec, scaling=sc)
     ratio = {}
     for name, sp in columns.items():
         th = sp.frequencies(target)

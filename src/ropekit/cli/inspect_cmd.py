@@ -304,7 +304,9 @@ def run_compare_views(
         if not usable:
             entries.append({**head, "skipped": "no requested scheme applies: " + "; ".join(refused.values())})
             continue
-        entry = compare_schemes(v.spec, context=v.context, target=t, schemes=usable)
+        entry = compare_schemes(
+            v.spec, context=v.context, target=t, schemes=usable, names={"target": "--extend-to", "schemes": "--compare"}
+        )
         entries.append({**head, **entry, **({"not_applicable": refused} if refused else {})})
     if as_json:
         json.dump({"source": source, "views": entries}, out, indent=2)

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 import torch
 
-__all__ = ["Linear", "Scaling", "check_number", "unchecked"]
+__all__ = ["Linear", "Scaling", "check_number", "check_positive_int", "unchecked"]
 
 T = TypeVar("T")
 
@@ -42,6 +42,13 @@ def check_number(
         bound = "" if lo is None else f" {'>' if lo_open else '>='} {lo:g}"
         raise ValueError(f"{owner}.{name} must be a finite number{bound}, got {value!r}")
     return x
+
+
+def check_positive_int(owner: str, name: str, value: object) -> int:
+    """Return ``value`` if it is a positive int (not a bool), else raise ValueError naming ``owner.name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{owner}.{name} must be a positive int, got {value!r}")
+    return value
 
 
 def unchecked(cls: type[T], **fields: Any) -> T:

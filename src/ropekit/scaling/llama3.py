@@ -22,6 +22,15 @@ __all__ = ["Llama3"]
 
 @dataclass(frozen=True)
 class Llama3(Scaling):
+    """Llama 3.1 wavelength-band scaling; see the module docstring for the formula.
+
+    Args:
+        factor: s >= 1, applied in full to bands longer than L0 / low_freq_factor.
+        low_freq_factor: > 0; bands with wavelength above L0 / low_freq_factor are divided by s.
+        high_freq_factor: > low_freq_factor; bands with wavelength below L0 / high_freq_factor are kept.
+        original_max_position_embeddings: the pretraining length L0 (a positive int).
+    """
+
     factor: float
     low_freq_factor: float
     high_freq_factor: float

@@ -13,19 +13,30 @@ Keys cached under the short factors are stale once the length crosses L0 (transf
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from numbers import Real
 from typing import Any
 
 import torch
 
-from ropekit.scaling.base import Scaling, check_number
+from ropekit.scaling.base import Scaling, check_number, check_positive_int
 
 __all__ = ["LongRope"]
 
 
 @dataclass(frozen=True)
 class LongRope(Scaling):
-    """LongRoPE scaling; ``factor`` or ``max_position_embeddings`` gives s."""
+    """LongRoPE scaling; ``factor`` or ``max_position_embeddings`` gives s.
+
+    Args:
+        short_factor: per-band rescale factors (n = rotary_dim / 2 numbers > 0) used up to L0.
+        long_factor: the same, used once the sequence is longer than L0.
+        original_max_position_embeddings: L0 (an int >= 2: the attention factor divides by ln L0).
+        factor: s >= 1; when None, s = ``max_position_embeddings`` / L0, which must then be >= L0.
+        max_position_embeddings: the extended context (a positive int).
+        attention_factor_: an explicit attention factor (> 0), used instead of sqrt(1 + ln s / ln L0).
+    """
 
     short_factor: tuple[float, ...]
     long_factor: tuple[float, ...]
@@ -39,7 +50,11 @@ class LongRope(Scaling):
     def __post_init__(self) -> None:
         for name in ("short_factor", "long_factor"):
             vals = getattr(self, name)
+            ok = isinstance(vals, Sequence) and not isinstance(vals, (str, bytes))
+            ok = ok and all(isinstance(v, Real) and not isinstance(v, bool) for v in vals)
             try:
+                if not ok:
+                    raise TypeError(name)
                 vals = tuple(check_number("LongRope", name, float(v), lo=0.0, lo_open=True) for v in vals)
             except (TypeError, ValueError) as e:
                 raise ValueError(
@@ -49,14 +64,21 @@ class LongRope(Scaling):
         L0 = self.original_max_position_embeddings
         if isinstance(L0, bool) or not isinstance(L0, int) or L0 < 2:
             raise ValueError(f"LongRope.original_max_position_embeddings must be an int >= 2, got {L0!r}")
+        if self.max_position_embeddings is not None:
+            check_positive_int("LongRope", "max_position_embeddings", self.max_position_embeddings)
         if self.factor is not None:
             object.__setattr__(self, "factor", check_number("LongRope", "factor", self.factor, lo=1.0))
         elif self.max_position_embeddings is None:
             raise ValueError(
                 "LongRope needs factor or max_position_embeddings (s = max_position_embeddings / L0)"
             )
+        elif self.max_position_embeddings < L0:
+            raise ValueError(
+                f"LongRope.max_position_embeddings must be >= original_max_position_embeddings (s = max / L0 >= 1) "
+                f"when factor is not given, got {self.max_position_embeddings} < {L0}"
+            )
         if self.attention_factor_ is not None:
-            af = check_number("LongRope", "attention_factor", self.attention_factor_, lo=0.0)
+            af = check_number("LongRope", "attention_factor", self.attention_factor_, lo=0.0, lo_open=True)
             object.__setattr__(self, "attention_factor_", af)
 
     @property

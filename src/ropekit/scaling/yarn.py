@@ -1,7 +1,13 @@
 # SPDX-License-Identifier: MIT
 """YaRN: NTK-by-parts interpolation plus attention temperature (Peng et al. 2023, arXiv 2309.00071).
 
-With s = factor, L0 = original_max_position_embeddings, d = rotary dim, b = base:
+The ramp is the one of the official YaRN code and transformers' ``_compute_yarn_parameters`` (so that
+``inv_freq`` matches transformers, tests/ropekit/scaling/test_hf_parity.py), not the paper's formula: the paper
+ramps linearly in r = L0 / lambda_i (rotations of band i inside L0) between alpha = beta_slow and beta = beta_fast;
+the code ramps linearly in the band index i between the correction dims of those two rotation counts, rounded
+outwards. Both keep bands with more than beta_fast rotations and interpolate bands with fewer than beta_slow; in
+between they differ (r_i is exponential in i). With s = factor, L0 = original_max_position_embeddings,
+d = rotary dim, b = base:
 
 - correction dim for N rotations inside L0: c(N) = d * ln(L0 / (2 pi N)) / (2 ln b);
   lo = c(beta_fast), hi = c(beta_slow); with ``truncate`` (default) lo = floor(lo), hi = ceil(hi);
@@ -25,21 +31,52 @@ from typing import Any
 
 import torch
 
-from ropekit.scaling.base import Scaling, check_number
+from ropekit.scaling.base import Scaling, check_number, check_positive_int
 
 __all__ = ["Yarn", "mla_softmax_scale", "yarn_correction_range", "yarn_mscale"]
 
 
 def yarn_mscale(scale: float, mscale: float = 1.0) -> float:
-    """m(s, k) = 1 if s <= 1 else 0.1 * k * ln(s) + 1."""
+    """m(s, k) = 1 if s <= 1 else 0.1 * k * ln(s) + 1.
+
+    Raises:
+        ValueError: ``scale`` not a finite number > 0, ``mscale`` not a finite number >= 0.
+    """
+    scale = check_number("yarn_mscale", "scale", scale, lo=0.0, lo_open=True)
+    mscale = check_number("yarn_mscale", "mscale", mscale, lo=0.0)
+    return _mscale(scale, mscale)
+
+
+def _mscale(scale: float, mscale: float) -> float:
+    # unchecked: Yarn built by from_hf(strict=False) keeps what transformers accepts
     return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
 
 
 def yarn_correction_range(
     beta_fast: float, beta_slow: float, rotary_dim: int, base: float, original_max: int, truncate: bool = True
 ) -> tuple[float, float]:
-    """(lo, hi) band indices of the ramp."""
+    """(lo, hi) band indices of the ramp (see the module docstring).
 
+    Raises:
+        ValueError: a beta not a finite number > 0 or ``beta_fast`` < ``beta_slow``, ``rotary_dim`` not a positive
+            even int, ``base`` not a finite number > 1, ``original_max`` not a positive int.
+    """
+    owner = "yarn_correction_range"
+    bf = check_number(owner, "beta_fast", beta_fast, lo=0.0, lo_open=True)
+    bs = check_number(owner, "beta_slow", beta_slow, lo=0.0, lo_open=True)
+    if bf < bs:
+        raise ValueError(f"{owner}: beta_fast must be >= beta_slow, got beta_fast={bf!r} < beta_slow={bs!r}")
+    if isinstance(rotary_dim, bool) or not isinstance(rotary_dim, int) or rotary_dim < 2 or rotary_dim % 2:
+        raise ValueError(f"{owner}.rotary_dim must be a positive even int, got {rotary_dim!r}")
+    base = check_number(owner, "base", base, lo=1.0, lo_open=True)
+    check_positive_int(owner, "original_max", original_max)
+    return _correction_range(bf, bs, rotary_dim, base, original_max, truncate)
+
+
+def _correction_range(
+    beta_fast: float, beta_slow: float, rotary_dim: int, base: float, original_max: int, truncate: bool
+) -> tuple[float, float]:
+    # unchecked, as transformers computes it (Yarn.ramp_bounds; from_hf(strict=False) objects included)
     def dim(n_rot: float) -> float:
         return rotary_dim * math.log(original_max / (n_rot * 2 * math.pi)) / (2 * math.log(base))
 
@@ -50,17 +87,37 @@ def yarn_correction_range(
 
 
 def mla_softmax_scale(qk_head_dim: int, factor: float, mscale_all_dim: float | None) -> float:
-    """DeepSeek MLA softmax scale: qk_head_dim^-0.5 * m(s, mscale_all_dim)^2 (plain qk_head_dim^-0.5 without it)."""
+    """DeepSeek MLA softmax scale: qk_head_dim^-0.5 * m(s, mscale_all_dim)^2 (plain qk_head_dim^-0.5 without it).
+
+    Raises:
+        ValueError: ``qk_head_dim`` not a positive int, ``factor`` not a finite number >= 1, ``mscale_all_dim``
+            neither None nor a finite number >= 0.
+    """
+    check_positive_int("mla_softmax_scale", "qk_head_dim", qk_head_dim)
+    factor = check_number("mla_softmax_scale", "factor", factor, lo=1.0)
+    if mscale_all_dim is not None:
+        mscale_all_dim = check_number("mla_softmax_scale", "mscale_all_dim", mscale_all_dim, lo=0.0)
     scale: float = qk_head_dim**-0.5
     if mscale_all_dim:
-        m = yarn_mscale(factor, mscale_all_dim)
+        m = _mscale(factor, mscale_all_dim)
         scale *= m * m
     return scale
 
 
 @dataclass(frozen=True)
 class Yarn(Scaling):
-    """YaRN scaling; see the module docstring for the formulas."""
+    """YaRN scaling; see the module docstring for the formulas (transformers' index ramp, not the paper's).
+
+    Args:
+        factor: the extension ratio s >= 1.
+        original_max_position_embeddings: the pretraining length L0.
+        beta_fast: rotations inside L0 above which a band is kept (32).
+        beta_slow: rotations inside L0 below which a band is interpolated by s (1).
+        mscale: DeepSeek's numerator of the attention factor ratio.
+        mscale_all_dim: DeepSeek's denominator (and MLA's softmax scale, :func:`mla_softmax_scale`).
+        attention_factor_: an explicit attention factor (> 0); wins over the rest.
+        truncate: round the correction dims outwards (transformers' default; gpt-oss sets False).
+    """
 
     factor: float
     original_max_position_embeddings: int
@@ -110,11 +167,11 @@ class Yarn(Scaling):
         if self.attention_factor_ is not None:
             return float(self.attention_factor_)
         if self.mscale and self.mscale_all_dim:
-            return yarn_mscale(self.factor, self.mscale) / yarn_mscale(self.factor, self.mscale_all_dim)
-        return yarn_mscale(self.factor)
+            return _mscale(self.factor, self.mscale) / _mscale(self.factor, self.mscale_all_dim)
+        return _mscale(self.factor, 1.0)
 
     def ramp_bounds(self, base: float, rotary_dim: int) -> tuple[float, float]:
-        lo, hi = yarn_correction_range(
+        lo, hi = _correction_range(
             self.beta_fast,
             self.beta_slow,
             rotary_dim,

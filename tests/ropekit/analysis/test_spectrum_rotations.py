@@ -52,11 +52,22 @@ def test_llama3_scaled_wavelengths() -> None:
 
 
 def test_rotations_are_context_theta_over_two_pi() -> None:
+    """Linear(4) at 4096 tokens: pretrained at 4096 / 4 = 1024, the length whose angles the scaling keeps."""
     rot = rotations(RopeSpec(32, scaling=Linear(4.0)), 4096)
+    assert rot.train_len == 1024
     for i, th in enumerate(_theta(1e4, 32)):
         assert rot.before[i].item() == pytest.approx(4096 * th / (2 * math.pi), rel=1e-12)
         assert rot.after[i].item() == pytest.approx(4096 * th / 4 / (2 * math.pi), rel=1e-12)
-        assert rot.at_train[i].item() == pytest.approx(rot.before[i].item(), rel=1e-12)  # Linear has no L0
+        assert rot.at_train[i].item() == pytest.approx(1024 * th / (2 * math.pi), rel=1e-12)
+        assert rot.at_train[i].item() == pytest.approx(rot.after[i].item(), rel=1e-12)  # what PI preserves
+
+
+def test_spectrum_training_length_of_a_linear_spec() -> None:
+    """The trial: spectrum(RopeSpec(8, scaling=Linear(4)), 8192).train_len was 8192; the critical dimension is
+    then Liu et al.'s at L0 = 2048: 2 ceil((d/2) log_base(L0 / 2 pi))."""
+    sp = spectrum(RopeSpec(head_dim=8, scaling=Linear(4.0)), 8192)
+    assert sp.train_len == 2048
+    assert sp.critical_dim == 2 * math.ceil(4 * math.log(2048 / (2 * math.pi)) / math.log(1e4))
 
 
 def test_rotations_at_training_length_for_yarn() -> None:
