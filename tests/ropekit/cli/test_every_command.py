@@ -133,7 +133,25 @@ def _check_spec_base_and_axes(view: dict[str, Any], spec: RopeSpec, text: str) -
             spec.axes.names,
         )
         assert len(a["letters"]) == spec.n_bands
-        assert [a["names"][i][0].upper() for i in spec.axes.slots] == list(a["letters"])
+        assert a["letters"] == AXIS_LETTERS[(spec.axes.scheme, spec.axes.sections, spec.axes.names)]
+
+
+#: Each multi-axis layout's band letters, written from the model's own code, not from ropekit's AxisMap: Qwen2-VL /
+#: Qwen2.5-VL / GLM-4.1V split the bands into consecutive t, h, w chunks (transformers' ``apply_multimodal_rotary_pos_emb``
+#: concatenates ``mrope_section`` chunks); Qwen3-VL starts from t and overwrites bands 1, 4, ... < 3 * 20 with h and
+#: 2, 5, ... with w (``apply_interleaved_mrope``), so the last 4 bands stay t; the 2-D vision towers (Pixtral, DINOv3,
+#: Qwen2-VL's, Llama 4's, RoPE-ViT) and the axial video preset put the first axis in the first half (rows / x / t).
+#: A new multi-axis preset fails here until its letters are written down.
+AXIS_LETTERS: dict[tuple[str, tuple[int, ...], tuple[str, ...]], str] = {
+    ("contiguous", (16, 24, 24), ("t", "h", "w")): "T" * 16 + "H" * 24 + "W" * 24,
+    ("interleaved", (24, 20, 20), ("t", "h", "w")): "THW" * 20 + "TTTT",
+    ("contiguous", (8, 12, 12), ("t", "h", "w")): "T" * 8 + "H" * 12 + "W" * 12,
+    ("contiguous", (16, 16), ("x", "y")): "X" * 16 + "Y" * 16,
+    ("contiguous", (16, 16), ("row", "col")): "R" * 16 + "C" * 16,
+    ("contiguous", (22, 22), ("x", "y")): "X" * 22 + "Y" * 22,
+    ("contiguous", (20, 20), ("row", "col")): "R" * 20 + "C" * 20,
+    ("contiguous", (8, 12, 12), ("t", "row", "col")): "T" * 8 + "R" * 12 + "C" * 12,
+}
 
 
 @pytest.mark.parametrize("src", SOURCES)

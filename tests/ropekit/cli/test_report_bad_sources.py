@@ -10,21 +10,7 @@ import pytest
 import torch
 
 from ropekit.cli.main import main
-
-
-def _tiny_llama(folder: Path) -> None:
-    transformers = pytest.importorskip("transformers")
-    cfg = transformers.LlamaConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-    )
-    torch.manual_seed(0)
-    transformers.LlamaForCausalLM(cfg).save_pretrained(folder, safe_serialization=True)
+from tests.ropekit.cli.tiny_llama import tiny_llama
 
 
 def _report_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
@@ -39,7 +25,7 @@ def test_corrupt_safetensors_in_a_model_folder_names_the_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     model = tmp_path / "m"
-    _tiny_llama(model)
+    tiny_llama(model)
     (model / "model.safetensors").write_text("junk\n")
     err = _report_error([str(model), "--out", str(tmp_path / "r")], capsys)
     assert f"{model / 'model.safetensors'}' is not a readable safetensors file" in err
@@ -53,7 +39,7 @@ def test_a_model_folder_without_its_weights_is_refused(
     from safetensors.torch import save_file
 
     model = tmp_path / "m"
-    _tiny_llama(model)
+    tiny_llama(model)
     save_file({"x": torch.zeros(1)}, str(model / "model.safetensors"))
     err = _report_error([str(model), "--out", str(tmp_path / "r")], capsys)
     assert f"ropekit report: error: SOURCE '{model}': its safetensors lack" in err
@@ -66,7 +52,7 @@ def test_a_model_folder_lacking_one_layer_norm_is_refused(
     from safetensors.torch import load_file, save_file
 
     model = tmp_path / "m"
-    _tiny_llama(model)
+    tiny_llama(model)
     tensors = load_file(str(model / "model.safetensors"))
     del tensors["model.layers.1.input_layernorm.weight"]
     save_file(tensors, str(model / "model.safetensors"), metadata={"format": "pt"})
@@ -78,7 +64,7 @@ def test_a_complete_model_folder_still_reports_its_weights(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     model = tmp_path / "m"
-    _tiny_llama(model)
+    tiny_llama(model)
     assert main(["report", str(model), "--out", str(tmp_path / "r"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["kind"] == "hf-model"
 

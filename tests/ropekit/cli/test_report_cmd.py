@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from ropekit.cli.main import main
+from tests.ropekit.cli.tiny_llama import tiny_llama
 
 
 def test_prints_the_page_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -27,19 +28,7 @@ def test_bad_source_exits_2_with_a_clear_message(tmp_path: Path, capsys: pytest.
 
 def test_hf_model_folder_with_weights(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A tiny random Llama saved with safetensors: weights section, per-band |q| checked by hand for layer 0."""
-    transformers = pytest.importorskip("transformers")
-    cfg = transformers.LlamaConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-    )
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(cfg).eval()
-    model.save_pretrained(tmp_path / "tiny", safe_serialization=True)
+    model = tiny_llama(tmp_path / "tiny")
     assert main(["report", str(tmp_path / "tiny"), "--out", str(tmp_path / "out"), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["kind"] == "hf-model"
