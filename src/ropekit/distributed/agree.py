@@ -7,7 +7,8 @@ raises while the others wait in the collective. :func:`agree` runs first: every 
 (whether its arguments passed its local checks, then the values that must match), one ``all_gather`` moves them,
 and every rank raises the same error -- the local problem of a bad rank, "rank(s) [..] rejected their arguments"
 on the others, or the first field the ranks disagree on, with each rank's value. :func:`agree_values` compares a
-small integer tensor itself (``cu_seqlens``), not a checksum of it.
+small integer tensor itself (``cu_seqlens``), not a checksum of it; :func:`agree_partition` checks that the ranks'
+offsets together cover a sequence once (packed ring attention's ``positions``).
 
 Used by :func:`ropekit.distributed.ring_attention` and the Ulysses all-to-alls. Single process (world 1): no
 communication, the local problem (if any) is raised.
@@ -21,7 +22,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-__all__ = ["FLOATS", "agree", "agree_values"]
+__all__ = ["FLOATS", "agree", "agree_partition", "agree_values"]
 
 #: the float dtypes the collectives accept, indexed in the agreement rows
 FLOATS = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
@@ -79,3 +80,36 @@ def agree_values(op: str, name: str, values: torch.Tensor, group: Any, world: in
     table = _gather(values.detach().to("cpu", torch.int64).flatten(), group, world, dev)
     if bool((table != table[0]).any()):
         raise ValueError(f"{op}: ranks disagree on {name}: {table.tolist()} (rank order)")
+
+
+def agree_partition(
+    op: str,
+    name: str,
+    offsets: torch.Tensor,
+    total: int,
+    group: Any,
+    world: int,
+    dev: torch.device,
+    hint: str,
+) -> None:
+    """Raise on every rank unless the ranks' 1-D integer ``offsets`` (equal lengths, already agreed by
+    :func:`agree`; each rank's in [0, ``total``), checked by the caller), taken together, hold every offset in
+    [0, ``total``) exactly once (``world * len(offsets) == total``).
+
+    ``hint`` ends the message (what the caller's argument should have been). Single process: ``offsets`` alone
+    must be a permutation of [0, ``total``).
+    """
+    mine = offsets.detach().to("cpu", torch.int64).flatten()
+    table = mine[None] if world == 1 else _gather(mine, group, world, dev)  # [world, s]
+    counts = torch.bincount(table.flatten(), minlength=total)  # callers checked each rank's range already
+    if bool((counts == 1).all()):
+        return
+    twice = (counts > 1).nonzero().flatten()[:3].tolist()
+    held = [
+        f"offset {o} on ranks {[r for r in range(table.shape[0]) if bool((table[r] == o).any())]}"
+        for o in twice
+    ]
+    raise ValueError(
+        f"{op}: {name} must hold each offset in [0, {total}) once across the ranks, but some repeat "
+        f"({'; '.join(held)}{', ...' if int((counts > 1).sum()) > 3 else ''}); {hint}"
+    )

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ropekit.distributed.agree import FLOATS, agree, agree_values
+from ropekit.distributed.agree import FLOATS, agree, agree_partition, agree_values
 from ropekit.distributed.blocks import block_backward, block_forward, block_mask, merge_lse
 from ropekit.distributed.layouts import check_cu_seqlens
 
@@ -43,6 +43,12 @@ _META = (
     "dtype",
     "causal",
     "cu_seqlens length",
+)
+#: what packed ring attention's positions are, for the partition check's message
+_OFFSETS = (
+    "with cu_seqlens, positions are the tokens' global offsets in the packed sequence "
+    "(ropekit.distributed.shard_indices), not their RoPE position ids (shard_positions, which restart at 0 in "
+    "each document)"
 )
 #: how the agreement errors print a field (dtype as its name, not its index)
 _SHOW = {"dtype": lambda i: str(FLOATS[i]), "causal": lambda i: str(bool(i))}
@@ -265,7 +271,8 @@ def ring_attention(
         positions: [s] integer global position ids of this rank's tokens (e.g. from
             :func:`ropekit.distributed.shard_positions`); any ids work, the masks come from them. With
             ``cu_seqlens`` they are the tokens' global offsets in the packed sequence
-            (:func:`ropekit.distributed.shard_indices`), which locate each token's document.
+            (:func:`ropekit.distributed.shard_indices`), which locate each token's document: together the ranks
+            must hold each offset once (checked; RoPE ids restarting per document are refused).
         group: process group (default: the world when torch.distributed is initialized; without it the call is
             plain single-process attention).
         causal: mask key position > query position.
@@ -288,6 +295,16 @@ def ring_attention(
     agree("ring_attention", problem, fields, group, world, dev, _SHOW)
     if cu_seqlens is not None:
         agree_values("ring_attention", "cu_seqlens", cu_seqlens, group, world, dev)
+        agree_partition(
+            "ring_attention",
+            "positions (with cu_seqlens)",
+            positions,
+            world * q.shape[1],
+            group,
+            world,
+            dev,
+            _OFFSETS,
+        )
     sc = float(scale) if scale is not None else 1.0 / math.sqrt(q.shape[-1])
     pos = positions.to(q.device, torch.int64).contiguous()
     cu = None if cu_seqlens is None else cu_seqlens.to(q.device, torch.int64)

@@ -334,6 +334,12 @@ def disagreement_cases(world: int, rank: int) -> dict[str, Any]:
     msg = _raised(lambda: ring_attention(x, x, x, positions=pos, cu_seqlens=cu))
     want = f"ranks disagree on cu_seqlens: {[cus[min(r, 1)] for r in range(world)]}"
     res["disagree/cu_seqlens"] = _everywhere(want in msg)
+    # packed: RoPE ids (restarting per document) passed where the offsets belong; every rank names a repeated
+    # offset (each rank's ids are in range and distinct enough locally; only the union shows the repeats)
+    same = torch.tensor([0, 8, 16])
+    ids = shard_positions(16, world, rank, "zigzag", cu_seqlens=same)  # type: ignore[arg-type]
+    msg = _raised(lambda: ring_attention(x, x, x, positions=ids, cu_seqlens=same))
+    res["disagree/packed-rope-ids"] = _everywhere("offset 0 on ranks [0" in msg and "shard_indices" in msg)
     # dtype: named, not an index into an internal tuple
     y = x.float() if rank == 0 else x
     msg = _raised(lambda: ring_attention(y, y, y, positions=torch.arange(16 // world) + rank * (16 // world)))

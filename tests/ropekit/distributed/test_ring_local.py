@@ -129,6 +129,19 @@ def test_argument_errors(kwargs: dict[str, object], match: str) -> None:
         ring_attention(q, k, v, **args)  # type: ignore[arg-type]
 
 
+def test_packed_positions_must_be_offsets_not_rope_ids() -> None:
+    """With cu_seqlens, positions locate each token's document; RoPE ids restarting per document (the easy mistake)
+    would mask silently wrong, so they are refused, naming a repeated offset."""
+    q, k, v = qkv()
+    cu = torch.tensor([0, 5, 12])
+    rope_ids = torch.cat([torch.arange(5), torch.arange(7)])  # what shard_positions gives with cu_seqlens
+    with pytest.raises(
+        ValueError, match=r"once across the ranks, but some repeat \(offset 0 on ranks \[0\]; .*shard_indices"
+    ):
+        ring_attention(q, k, v, positions=rope_ids, cu_seqlens=cu)
+    ring_attention(q, k, v, positions=torch.arange(12).flip(0), cu_seqlens=cu)  # any order of the offsets
+
+
 def test_shape_and_dtype_errors() -> None:
     q, k, v = qkv()
     pos = torch.arange(12)

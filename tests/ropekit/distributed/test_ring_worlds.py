@@ -86,7 +86,7 @@ def test_noncausal_packed_and_ulysses(world: int, tmp_path_factory: pytest.TempP
 def test_one_bad_rank_raises_everywhere(world: int, tmp_path_factory: pytest.TempPathFactory) -> None:
     """The last rank passes a wrong positions length: it names the numbers, the others name that rank."""
     assert results(world, tmp_path_factory)["agreement"]
-    for case in ("cu_seqlens", "ring-dtype", "ulysses-dtype", "ulysses-bad-rank"):
+    for case in ("cu_seqlens", "packed-rope-ids", "ring-dtype", "ulysses-dtype", "ulysses-bad-rank"):
         assert results(world, tmp_path_factory)[f"disagree/{case}"], case
 
 
