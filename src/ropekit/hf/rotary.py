@@ -27,7 +27,8 @@ import torch
 from torch import nn
 
 from ropekit.hf.cast import buffer_spec, cast_dtype, warn_cast
-from ropekit.hf.config import _as_dict, spec_from_hf
+from ropekit.hf.config import spec_from_hf
+from ropekit.hf.config_keys import _as_dict
 from ropekit.hf.families import Family
 from ropekit.phases import INT_DTYPES, rope_tables
 from ropekit.scaling import DynamicNTK

@@ -5,7 +5,9 @@
 - :mod:`ropekit.positions.grid`: 2-D / 3-D grids for vision towers (integer, 1-based, normalised [-1, 1]),
   prefix tokens that are not rotated.
 - :mod:`ropekit.positions.multimodal`: M-RoPE ids [3, b, s] for interleaved text, images and video (Qwen2-VL,
-  Qwen2.5-VL, Qwen3-VL, GLM-4V) and the rope deltas that continue them during decoding.
+  Qwen2.5-VL, Qwen3-VL, GLM-4V) and the rope deltas that continue them during decoding;
+  :mod:`ropekit.positions.multimodal_blocks` holds the vision block and the checks they share.
+- :mod:`ropekit.positions.videorope`: VideoRoPE's diagonal ids [3, L] (Wei et al. 2025).
 - :mod:`ropekit.positions.time`: continuous positions (float timestamps, V2PE fractional steps).
 """
 

@@ -18,20 +18,32 @@ GLM-4V, as in ``shared/reference/multiaxis.md`` sections 2-6:
 - rope delta per row: ``max id + 1 - length`` with the padded length (v4) or the unpadded length (v5); padding
   slots hold 1 (v4) or 0 (v5). The first generated token is at ``max id + 1`` under both rules.
 
+:class:`VisionBlock`, the argument checks and the ids of one block's grid are in
+:mod:`ropekit.positions.multimodal_blocks`; this module builds whole sequences and batches from them.
+:func:`videorope_positions` (VideoRoPE's diagonal layout) is in :mod:`ropekit.positions.videorope`.
+
 Shapes: b batch, L padded sequence length.
 """
 
 from __future__ import annotations
 
-import math
-import numbers
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal
 
 import torch
 
-from ropekit.positions.time import _check_real_start, _check_steps
+from ropekit.positions.multimodal_blocks import (
+    FAMILIES,
+    Family,
+    Rule,
+    VisionBlock,
+    _block_ids,
+    _check_common,
+    _check_fits,
+    _check_start_int,
+    _pos_finite,
+    _split_frames,
+)
+from ropekit.positions.videorope import videorope_positions
 
 __all__ = [
     "FAMILIES",
@@ -44,121 +56,6 @@ __all__ = [
     "split_text_row",
     "videorope_positions",
 ]
-
-Family = Literal["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "glm4v"]
-Rule = Literal["v4", "v5"]
-FAMILIES: tuple[str, ...] = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "glm4v")
-
-
-_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
-
-
-def _pos_int(x: object) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool) and x > 0
-
-
-def _pos_finite(x: object) -> bool:
-    """A real number (not bool), finite and > 0: inf would make ``i * second_per_grid_t * tokens_per_second``
-    NaN at i = 0 and infinite after."""
-    return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x) and float(x) > 0
-
-
-def _check_start_int(start: object) -> int:
-    """``start`` of the int64 ids: an int (not bool, not a float: no silent truncation) within int64."""
-    if isinstance(start, bool) or not isinstance(start, int):
-        raise TypeError(f"start must be an int, got {start!r} ({type(start).__name__})")
-    if not _I64_MIN <= start <= _I64_MAX:
-        raise ValueError(f"start must fit int64 (the ids' dtype), got {start!r}")
-    return start
-
-
-def _check_fits(last: int, what: str) -> None:
-    """Refuse ids past int64 before building them (int64 addition would wrap silently)."""
-    if last > _I64_MAX:
-        raise ValueError(f"M-RoPE ids overflow int64: {what} reaches id {last} > 2^63 - 1")
-
-
-@dataclass(frozen=True)
-class VisionBlock:
-    """One image or video in the token stream.
-
-    Args:
-        grid_thw: (T, h, w) in patches, as the processor's ``image_grid_thw`` / ``video_grid_thw`` rows.
-        video: True for a video (temporal scaling and per-frame splitting apply), False for an image.
-        second_per_grid_t: seconds per temporal patch (Qwen2.5-VL videos: ``temporal_patch_size / fps``).
-    """
-
-    grid_thw: tuple[int, int, int]
-    video: bool = False
-    second_per_grid_t: float | None = None
-
-    def __post_init__(self) -> None:
-        g = tuple(int(v) if isinstance(v, torch.Tensor) else v for v in self.grid_thw)
-        if len(g) != 3 or not all(_pos_int(v) for v in g):
-            raise ValueError(
-                f"VisionBlock.grid_thw must be three positive ints (T, h, w), got {self.grid_thw!r}"
-            )
-        object.__setattr__(self, "grid_thw", g)
-        s = self.second_per_grid_t
-        if s is not None and not _pos_finite(s):
-            raise ValueError(f"VisionBlock.second_per_grid_t must be a finite number > 0 or None, got {s!r}")
-
-    def tokens(self, merge: int) -> int:
-        t, h, w = self.grid_thw
-        return t * (h // merge) * (w // merge)
-
-
-def _check_common(family: str, rule: str, merge: int, tps: float) -> None:
-    if family not in FAMILIES:
-        raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
-    if rule not in ("v4", "v5"):
-        raise ValueError(f"rule must be 'v4' or 'v5', got {rule!r}")
-    if not _pos_int(merge):
-        raise ValueError(f"spatial_merge_size must be a positive int, got {merge!r}")
-    if not _pos_finite(tps):
-        raise ValueError(f"tokens_per_second must be a finite number > 0, got {tps!r}")
-
-
-def _block_ids(block: VisionBlock, cur: int, family: str, merge: int, tps: float) -> torch.Tensor:
-    t, h, w = block.grid_thw
-    if h % merge or w % merge:
-        raise ValueError(
-            f"VisionBlock.grid_thw={block.grid_thw} has h or w not divisible by spatial_merge_size={merge}"
-        )
-    hh, ww = h // merge, w // merge
-    if block.video and family == "qwen2_5_vl":
-        spg = 1.0 if block.second_per_grid_t is None else float(block.second_per_grid_t)
-        last = (t - 1) * spg * tps  # the largest step (spg, tps > 0: the steps do not decrease)
-        if not math.isfinite(last) or cur + int(last) > _I64_MAX:
-            raise ValueError(
-                f"M-RoPE ids overflow int64: frame {t - 1} of VisionBlock.grid_thw={block.grid_thw} sits at "
-                f"{cur} + {t - 1} * second_per_grid_t={spg!r} * tokens_per_second={tps!r} > 2^63 - 1"
-            )
-        # transformers' arithmetic (after its PR #48669), whose truncation the ids must copy: the interval
-        # tokens_per_second * second_per_grid_t, then i * interval in the default float dtype (float32), then
-        # truncation toward zero. Exact multiples land either side of an integer depending on that order and
-        # dtype (25 fps: 25 * 0.08 gives 4 in float32 and 3 in float64 when 0.08 came from a float32 tensor).
-        steps = (torch.arange(t) * (tps * spg)).long().tolist()
-    else:
-        steps = list(range(t))
-    _check_fits(cur + max(steps[-1], hh - 1, ww - 1), f"VisionBlock.grid_thw={block.grid_thw}")
-    tt = torch.tensor(steps, dtype=torch.int64)
-    grid = torch.stack(
-        torch.meshgrid(tt, torch.arange(hh), torch.arange(ww), indexing="ij")  # [3, T, H', W']
-    )
-    return grid.reshape(3, -1) + cur
-
-
-def _split_frames(item: int | VisionBlock, family: str) -> list[int | VisionBlock]:
-    if (
-        isinstance(item, VisionBlock)
-        and item.video
-        and family in ("qwen3_vl", "glm4v")
-        and item.grid_thw[0] > 1
-    ):
-        t, h, w = item.grid_thw
-        return [VisionBlock((1, h, w), video=True, second_per_grid_t=item.second_per_grid_t)] * t
-    return [item]
 
 
 def mrope_positions(
@@ -393,56 +290,3 @@ def split_text_row(position_ids: torch.Tensor) -> tuple[torch.Tensor | None, tor
     if p.shape[0] == 3:
         return None, p
     raise ValueError(f"position_ids must have 4 ([text; t; h; w]) or 3 ([t; h; w]) rows, got {p.shape[0]}")
-
-
-def videorope_positions(
-    segments: Sequence[int | VisionBlock], *, delta: float = 1.0, spatial_merge_size: int = 2, start: int = 0
-) -> torch.Tensor:
-    """VideoRoPE ids (Wei et al. 2025, arXiv 2502.05173): diagonal layout + adjustable temporal spacing.
-
-    A vision block at offset s gets ``t = s + i * delta`` per frame, ``h = row - (H'-1) // 2 + t`` and
-    ``w = col - (W'-1) // 2 + t`` (spatially centred, moving with the frame); the next token starts at
-    ``max(t row) + 1`` (multiaxis.md 9.1). Use with :func:`ropekit.presets_vl.videorope_spec` (low-frequency
-    temporal allocation).
-
-    Returns:
-        [3, L]: int64 when ``delta`` and ``start`` are integers, float64 otherwise (fractional positions are
-        exact).
-
-    Raises:
-        ValueError: naming the argument (delta not finite and > 0, start not finite, bad segments, positions
-            reaching 2^53, where float64 cannot step by 1).
-        TypeError: start not a real number.
-    """
-    if not _pos_finite(delta):
-        raise ValueError(f"delta must be a finite number > 0, got {delta!r}")
-    m = spatial_merge_size
-    if not _pos_int(m):
-        raise ValueError(f"spatial_merge_size must be a positive int, got {m!r}")
-    cur = _check_real_start(start)
-    parts: list[torch.Tensor] = []
-    for seg in segments:
-        if isinstance(seg, VisionBlock):
-            t, h, w = seg.grid_thw
-            if h % m or w % m:
-                raise ValueError(f"VisionBlock.grid_thw={seg.grid_thw} has h or w not divisible by {m}")
-            hh, ww = h // m, w // m
-            tt = cur + torch.arange(t, dtype=torch.float64) * float(delta)
-            ti, ri, ci = torch.meshgrid(
-                tt,
-                torch.arange(hh, dtype=torch.float64),
-                torch.arange(ww, dtype=torch.float64),
-                indexing="ij",
-            )
-            ids = torch.stack([ti, ri - (hh - 1) // 2 + ti, ci - (ww - 1) // 2 + ti]).reshape(3, -1)
-            cur = float(tt.max()) + 1.0
-        elif isinstance(seg, int) and not isinstance(seg, bool) and seg >= 0:
-            ids = (torch.arange(seg, dtype=torch.float64) + cur).expand(3, seg)
-            cur += seg
-        else:
-            raise ValueError(f"segments must hold non-negative ints (text runs) or VisionBlocks, got {seg!r}")
-        parts.append(ids)
-    out = _check_steps(
-        torch.cat(parts, dim=1) if parts else torch.zeros(3, 0, dtype=torch.float64), "videorope"
-    )
-    return out.to(torch.int64) if float(delta).is_integer() and float(start).is_integer() else out

@@ -14,8 +14,9 @@ k, v and q once and writes the cache and q once. Two cache layouts:
 k is rotated by the exact ropekit tables (:func:`ropekit.rope_tables`, float64 phases rounded once to float32) at
 its positions and stored rotated; k itself is left unchanged. v is copied. q, when given, is rotated in place.
 Everything is validated before anything is written (dtypes, shapes, devices, every slot and offset in range,
-no two tokens writing the same slot). CPU tensors of float32/bfloat16/float16 with unit last stride use the C
-kernel (``kernels/rope_cache_write.h``); everything else uses the PyTorch path, which gives the same bits.
+no two tokens writing the same slot; the checks are in :mod:`ropekit.rotation.kv_cache_checks`). CPU tensors
+of float32/bfloat16/float16 with unit last stride use the C kernel (``kernels/rope_cache_write.h``); everything
+else uses the PyTorch path, which gives the same bits.
 
 Shapes: B batch, S new tokens per sequence, T = tokens (paged), Hq/Hkv heads, D head dim, Dv value head dim,
 n = rotary_dim // 2. Paper: RoFormer (Su et al., 2021), eq. 34, applied at write time as in vLLM/FlashInfer.
@@ -23,170 +24,29 @@ n = rotary_dim // 2. Paper: RoFormer (Su et al., 2021), eq. 34, applied at write
 
 from __future__ import annotations
 
-import ctypes
-
 import torch
 
-from ropekit.kernels import cpu_build
 from ropekit.phases import INT_DTYPES, check_positions, rope_tables
 from ropekit.rotation import torch_backend
+from ropekit.rotation.kv_cache_checks import (
+    _broadcasts,
+    _check_fmt,
+    _check_offsets,
+    _check_slots,
+    _index,
+    _no_overlap,
+    _q_not_input,
+    _same,
+    _self_overlap,
+    _tensor,
+)
 from ropekit.rotation.kv_cache_kernel import fast_write, kernel_write, plan_key, use_kernel
 from ropekit.spec import RopeSpec
 from ropekit.table_cache import shared_tables
 
 __all__ = ["rope_cache_write", "rope_paged_cache_write"]
 
-_FLOATS = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 Tables = tuple[torch.Tensor, torch.Tensor]
-
-
-def _tensor(name: str, x: object, dims: int, what: str) -> torch.Tensor:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor {what}, got {type(x).__name__}")
-    if x.dim() != dims:
-        raise ValueError(f"{name} must be {dims}-D {what}, got shape {tuple(x.shape)}")
-    if x.dtype not in _FLOATS:
-        raise ValueError(f"{name} must be float32, bfloat16, float16 or float64, got {x.dtype}")
-    if x.requires_grad and torch.is_grad_enabled():
-        raise ValueError(
-            f"{name} requires grad, but the cache write is inference-only (nothing is differentiated through the "
-            "cache): call it under torch.no_grad() or detach"
-        )
-    return x
-
-
-def _same(names: list[str], xs: list[torch.Tensor]) -> None:
-    for n, x in zip(names[1:], xs[1:], strict=True):
-        if x.dtype != xs[0].dtype:
-            raise ValueError(f"{n} has dtype {x.dtype} but {names[0]} has {xs[0].dtype}; they must match")
-        if x.device != xs[0].device:
-            raise ValueError(f"{n} is on {x.device} but {names[0]} is on {xs[0].device}; they must match")
-
-
-def _index(name: str, x: object, shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
-    if isinstance(x, int) and not isinstance(x, bool):
-        x = torch.full(shape, x, dtype=torch.int64)
-    if not isinstance(x, torch.Tensor) or x.dtype not in INT_DTYPES:
-        got = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
-        raise ValueError(f"{name} must be an integer tensor of shape {shape}, got {got}")
-    if tuple(x.shape) != shape:
-        raise ValueError(f"{name} must have shape {shape}, got {tuple(x.shape)}")
-    return x.to(device=device, dtype=torch.int64)
-
-
-def _byte_range(x: torch.Tensor) -> tuple[int, int]:
-    span = 1
-    for size, st in zip(x.shape, x.stride(), strict=True):
-        span += (size - 1) * abs(st)
-    p = x.data_ptr()
-    return p, p + span * x.element_size()
-
-
-def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
-    return len(shape) <= len(target) and all(
-        a == 1 or a == b for a, b in zip(reversed(shape), reversed(target), strict=False)
-    )
-
-
-def _check_slots(sl: torch.Tensor, capacity: int) -> None:
-    """Every slot in [0, capacity) and none twice (in C when the kernel is there: no per-call tensor ops)."""
-    T = sl.numel()
-    if not T:
-        return
-    if torch.compiler.is_compiling():  # traced: checked on the device when the graph runs, no host sync
-        srt = sl.sort().values
-        ok = (srt[0] >= 0) & (srt[-1] < capacity) & (srt[1:] != srt[:-1]).all()
-        torch._assert_async(ok, f"slots must be distinct and inside the cache (0 <= slot < {capacity})")
-        return
-    lib = cpu_build.load() if sl.device.type == "cpu" else None
-    if lib is not None:
-        sl = sl.contiguous()
-        bad = ctypes.c_int64(0)
-        rc = lib.ropekit_check_slots(sl.data_ptr(), T, capacity, ctypes.byref(bad))
-    else:
-        out = (sl < 0) | (sl >= capacity)
-        bad = ctypes.c_int64(int(torch.argmax(out.to(torch.int8))))
-        rc = 1 if bool(out.any()) else (2 if torch.unique(sl).numel() != T else 0)
-    if rc == 1:
-        raise ValueError(
-            f"slots[{bad.value}] = {int(sl[bad.value])} is outside the cache (0 <= slot < {capacity})"
-        )
-    if rc == 3:
-        raise MemoryError("ropekit: could not allocate memory to check the slots")
-    if rc:  # a repeated slot (the error path: tensor ops are fine here)
-        vals, counts = torch.unique(sl, return_counts=True)
-        dup = int(vals[counts > 1][0])
-        tokens = (sl == dup).nonzero().flatten().tolist()
-        raise ValueError(
-            f"slots must be distinct: slot {dup} is given to tokens {tokens[:4]}{' ...' if len(tokens) > 4 else ''} "
-            "(each would overwrite the other's k and v)"
-        )
-
-
-def _check_offsets(off: torch.Tensor, S: int, rows: int) -> None:
-    B = off.numel()
-    if not B:
-        return
-    if torch.compiler.is_compiling():  # traced: checked on the device when the graph runs
-        ok = ((off >= 0) & (off + S <= rows)).all()
-        torch._assert_async(
-            ok, f"offsets must fit {S} new tokens in a cache of {rows} rows (0 <= offset <= {rows - S})"
-        )
-        return
-    lib = cpu_build.load() if off.device.type == "cpu" else None
-    if lib is not None:
-        off = off.contiguous()
-        bad = ctypes.c_int64(0)
-        rc = lib.ropekit_check_offsets(off.data_ptr(), B, S, rows, ctypes.byref(bad))
-        b = bad.value
-    else:
-        wrong = (off < 0) | (off + S > rows)
-        rc = int(bool(wrong.any()))
-        b = int(torch.argmax(wrong.to(torch.int8)))
-    if rc:
-        raise ValueError(
-            f"offsets[{b}] = {int(off[b])} does not fit {S} new tokens in a cache of {rows} rows "
-            f"(need 0 <= offset <= {rows - S})"
-        )
-
-
-def _self_overlap(names: list[str], xs: list[torch.Tensor]) -> None:
-    """Refuse a written tensor (a cache, q) whose elements share memory (an expanded view): every token would
-    land in, or be rotated through, the same elements -- a silently wrong cache or a q rotated several times."""
-    for name, x in zip(names, xs, strict=True):
-        if any(st == 0 and sz > 1 for sz, st in zip(x.shape, x.stride(), strict=True)) or (
-            not torch.compiler.is_compiling() and torch._debug_has_internal_overlap(x) == 1
-        ):
-            raise ValueError(
-                f"{name} has overlapping memory (e.g. an expanded view, strides {x.stride()}); it is written in "
-                "place, so every element must be its own memory"
-            )
-
-
-def _q_not_input(q: torch.Tensor | None, ins: list[tuple[str, torch.Tensor]]) -> None:
-    """q is rotated in place; k and v are read and must stay unmodified: q must not be one of them."""
-    if q is None or torch.compiler.is_compiling():
-        return
-    for name, x in ins:
-        if x.numel() and q.data_ptr() == x.data_ptr():
-            raise ValueError(f"q and {name} share memory; q is rotated in place and {name} must not change")
-
-
-def _no_overlap(outs: list[tuple[str, torch.Tensor]], ins: list[tuple[str, torch.Tensor]]) -> None:
-    """Refuse a cache that overlaps the other cache or an input (the result would depend on the write order).
-
-    Inputs may share a buffer (k and v as views of a packed qkv tensor), and the two caches may be halves of one
-    tensor (``kv[0]``, ``kv[1]``): only the memory spans of distinct tensors are compared. Traced by
-    ``torch.compile`` there are no storage addresses to compare: the check runs in eager calls only.
-    """
-    if torch.compiler.is_compiling():
-        return
-    spans = [(n, _byte_range(x)) for n, x in outs + ins if x.numel()]
-    n_out = sum(1 for _, x in outs if x.numel())
-    for i, (na, (a0, a1)) in enumerate(spans[:n_out]):
-        for nb, (b0, b1) in spans[i + 1 :]:
-            if a0 < b1 and b0 < a1:
-                raise ValueError(f"{na} and {nb} overlap in memory; the cache write needs separate buffers")
 
 
 def _tables(
@@ -232,11 +92,6 @@ def _tables(
 
 def _bshd(x: torch.Tensor, fmt: str) -> torch.Tensor:
     return x.transpose(1, 2) if fmt == "bhsd" else x
-
-
-def _check_fmt(name: str, fmt: str) -> None:
-    if fmt not in ("bshd", "bhsd"):
-        raise ValueError(f'{name} must be "bshd" or "bhsd", got {fmt!r}')
 
 
 def rope_cache_write(

@@ -1,0 +1,136 @@
+# SPDX-License-Identifier: MIT
+"""The vision block of M-RoPE position ids and what the builders of :mod:`ropekit.positions.multimodal` share.
+
+- :class:`VisionBlock`: one image or video in the token stream, its (T, h, w) patch grid;
+- the argument checks (family, rule, spatial merge, tokens per second, start, ids past int64);
+- the ids of one block's grid, ``cur + (t_i, row, col)`` with the family's temporal step, and the per-frame
+  split of Qwen3-VL / GLM-4V videos (the rules are in :mod:`ropekit.positions.multimodal`).
+
+Shapes: T frames (temporal patches), h, w patches per side, m spatial merge; T * (h/m) * (w/m) tokens a block.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+__all__ = ["FAMILIES", "Family", "Rule", "VisionBlock"]
+
+Family = Literal["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "glm4v"]
+Rule = Literal["v4", "v5"]
+FAMILIES: tuple[str, ...] = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "glm4v")
+
+
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def _pos_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x > 0
+
+
+def _pos_finite(x: object) -> bool:
+    """A real number (not bool), finite and > 0: inf would make ``i * second_per_grid_t * tokens_per_second``
+    NaN at i = 0 and infinite after."""
+    return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x) and float(x) > 0
+
+
+def _check_start_int(start: object) -> int:
+    """``start`` of the int64 ids: an int (not bool, not a float: no silent truncation) within int64."""
+    if isinstance(start, bool) or not isinstance(start, int):
+        raise TypeError(f"start must be an int, got {start!r} ({type(start).__name__})")
+    if not _I64_MIN <= start <= _I64_MAX:
+        raise ValueError(f"start must fit int64 (the ids' dtype), got {start!r}")
+    return start
+
+
+def _check_fits(last: int, what: str) -> None:
+    """Refuse ids past int64 before building them (int64 addition would wrap silently)."""
+    if last > _I64_MAX:
+        raise ValueError(f"M-RoPE ids overflow int64: {what} reaches id {last} > 2^63 - 1")
+
+
+@dataclass(frozen=True)
+class VisionBlock:
+    """One image or video in the token stream.
+
+    Args:
+        grid_thw: (T, h, w) in patches, as the processor's ``image_grid_thw`` / ``video_grid_thw`` rows.
+        video: True for a video (temporal scaling and per-frame splitting apply), False for an image.
+        second_per_grid_t: seconds per temporal patch (Qwen2.5-VL videos: ``temporal_patch_size / fps``).
+    """
+
+    grid_thw: tuple[int, int, int]
+    video: bool = False
+    second_per_grid_t: float | None = None
+
+    def __post_init__(self) -> None:
+        g = tuple(int(v) if isinstance(v, torch.Tensor) else v for v in self.grid_thw)
+        if len(g) != 3 or not all(_pos_int(v) for v in g):
+            raise ValueError(
+                f"VisionBlock.grid_thw must be three positive ints (T, h, w), got {self.grid_thw!r}"
+            )
+        object.__setattr__(self, "grid_thw", g)
+        s = self.second_per_grid_t
+        if s is not None and not _pos_finite(s):
+            raise ValueError(f"VisionBlock.second_per_grid_t must be a finite number > 0 or None, got {s!r}")
+
+    def tokens(self, merge: int) -> int:
+        t, h, w = self.grid_thw
+        return t * (h // merge) * (w // merge)
+
+
+def _check_common(family: str, rule: str, merge: int, tps: float) -> None:
+    if family not in FAMILIES:
+        raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
+    if rule not in ("v4", "v5"):
+        raise ValueError(f"rule must be 'v4' or 'v5', got {rule!r}")
+    if not _pos_int(merge):
+        raise ValueError(f"spatial_merge_size must be a positive int, got {merge!r}")
+    if not _pos_finite(tps):
+        raise ValueError(f"tokens_per_second must be a finite number > 0, got {tps!r}")
+
+
+def _block_ids(block: VisionBlock, cur: int, family: str, merge: int, tps: float) -> torch.Tensor:
+    t, h, w = block.grid_thw
+    if h % merge or w % merge:
+        raise ValueError(
+            f"VisionBlock.grid_thw={block.grid_thw} has h or w not divisible by spatial_merge_size={merge}"
+        )
+    hh, ww = h // merge, w // merge
+    if block.video and family == "qwen2_5_vl":
+        spg = 1.0 if block.second_per_grid_t is None else float(block.second_per_grid_t)
+        last = (t - 1) * spg * tps  # the largest step (spg, tps > 0: the steps do not decrease)
+        if not math.isfinite(last) or cur + int(last) > _I64_MAX:
+            raise ValueError(
+                f"M-RoPE ids overflow int64: frame {t - 1} of VisionBlock.grid_thw={block.grid_thw} sits at "
+                f"{cur} + {t - 1} * second_per_grid_t={spg!r} * tokens_per_second={tps!r} > 2^63 - 1"
+            )
+        # transformers' arithmetic (after its PR #48669), whose truncation the ids must copy: the interval
+        # tokens_per_second * second_per_grid_t, then i * interval in the default float dtype (float32), then
+        # truncation toward zero. Exact multiples land either side of an integer depending on that order and
+        # dtype (25 fps: 25 * 0.08 gives 4 in float32 and 3 in float64 when 0.08 came from a float32 tensor).
+        steps = (torch.arange(t) * (tps * spg)).long().tolist()
+    else:
+        steps = list(range(t))
+    _check_fits(cur + max(steps[-1], hh - 1, ww - 1), f"VisionBlock.grid_thw={block.grid_thw}")
+    tt = torch.tensor(steps, dtype=torch.int64)
+    grid = torch.stack(
+        torch.meshgrid(tt, torch.arange(hh), torch.arange(ww), indexing="ij")  # [3, T, H', W']
+    )
+    return grid.reshape(3, -1) + cur
+
+
+def _split_frames(item: int | VisionBlock, family: str) -> list[int | VisionBlock]:
+    if (
+        isinstance(item, VisionBlock)
+        and item.video
+        and family in ("qwen3_vl", "glm4v")
+        and item.grid_thw[0] > 1
+    ):
+        t, h, w = item.grid_thw
+        return [VisionBlock((1, h, w), video=True, second_per_grid_t=item.second_per_grid_t)] * t
+    return [item]
