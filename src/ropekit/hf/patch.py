@@ -368,6 +368,12 @@ def unpatch(model: nn.Module) -> nn.Module:
     for undo in reversed(record.undo):
         undo()
     for parent, child, orig in reversed(record.swaps):
+        new = getattr(parent, child, None)
+        # the original's buffers the replacement held, moved or cast while patched (model.to(...)): given back
+        for name in getattr(new, "ropekit_original_buffers", ()):
+            moved = new._buffers.get(name) if isinstance(new, nn.Module) else None
+            if moved is not None and name in orig._buffers:
+                orig._buffers[name] = moved
         setattr(parent, child, orig)
     for m, original in record.modules:
         m.__class__ = original

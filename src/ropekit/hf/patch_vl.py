@@ -8,7 +8,9 @@ rotaries of those families and Pixtral) or is Llama 4's ``Llama4VisionRotaryEmbe
 module at a time. Each such module is *replaced* (the original object is kept untouched and put back by
 ``unpatch``) by:
 
-- :class:`RopekitVLRotary`: same call ``(x, position_ids)``, same output format. It computes cos/sin of
+- ``Ropekit<Original>`` (a subclass of :class:`RopekitVLRotary` and of the original class, with the original's
+  attributes and buffers; a cast or move of the model reaches them, and ``unpatch`` gives them back): same call
+  ``(x, position_ids)``, same output format. It computes cos/sin of
   ``position * theta_k`` with ropekit's exact float64-reduced phases for each of transformers' frequencies (matched
   to the exact float64 value they round from, in transformers' own order -- ERNIE's pre-permuted table included)
   and hands them to the original module's ``recomposition_frequencies``: the band-to-axis layout is transformers'
@@ -41,6 +43,7 @@ import torch
 from torch import nn
 
 from ropekit.axis_tables import axis_tables
+from ropekit.hf.cast import ROUNDED_DTYPES, warn_cast
 from ropekit.hf.families import Family
 from ropekit.hf.rotary import ROPEKIT_TABLES, RopekitTables
 from ropekit.hf.vision_apply import (
@@ -110,78 +113,125 @@ VL_TEXT_FAMILIES: dict[str, Family] = {
 _FREQ_RTOL = 4e-6
 
 
-def _exact_frequencies(orig: nn.Module) -> tuple[float, ...]:
-    """transformers' float32 ``inv_freq``, each replaced by the exact float64 ``base^(-2j/dim)`` it rounds from."""
-    cfg = orig.config
+def _exact_frequencies(name: str, cfg: object, buf: torch.Tensor) -> tuple[float, ...]:
+    """transformers' float32 ``inv_freq``, each replaced by the exact float64 ``base^(-2j/dim)`` it rounds from.
+
+    A module whose buffer was cast to float16 / bfloat16 rotates in transformers with those rounded values (its
+    forward reads ``inv_freq.float()``): they are returned as they are (exactly representable in float64), after
+    checking that each one rounds from a ``base^(-2j/dim)`` at that dtype's precision (:mod:`ropekit.hf.cast`).
+    """
     rp = dict(getattr(cfg, "rope_parameters", None) or {})
     if rp.get("rope_type", "default") not in ("default", "axial"):
         raise ValueError(
-            f"{type(orig).__name__}: rope_type={rp.get('rope_type')!r} is not supported by ropekit.hf.patch "
+            f"{name}: rope_type={rp.get('rope_type')!r} is not supported by ropekit.hf.patch "
             "(default M-RoPE and axial vision RoPE only)"
         )
     base = float(rp["rope_theta"])
-    hf = orig.inv_freq.detach().to("cpu", torch.float64)  # type: ignore[operator]
+    hf = buf.detach().to("cpu", torch.float64)
+    rounded = buf.dtype in ROUNDED_DTYPES
+    # the rounding of the buffer's dtype (2^-8 bfloat16, 2^-11 float16) on top of float32's; neighbouring candidates
+    # differ by base^(2/dim), >= 1 % for any real head, so the match stays unique
+    rtol = 2.0 * torch.finfo(buf.dtype).eps + _FREQ_RTOL if rounded else _FREQ_RTOL
     # text (rotary dim 2k) and vision (half head 2k) tables are base^(-2j/(2k)), j < k -- ERNIE's permuted too
     candidates = RopeSpec(head_dim=2 * hf.numel(), base=base).frequencies().tolist()
     out = []
     for v in hf.tolist():
         best = min(candidates, key=lambda t: abs(t - v) / t)
-        if abs(best - v) > _FREQ_RTOL * best:
-            dt = orig.inv_freq.dtype
-            cast = (
-                f" (its inv_freq buffer is {dt}: the model was cast after it was built; load it with "
-                "from_pretrained(..., dtype=...) or patch before casting)"
-                if dt in (torch.float16, torch.bfloat16)
+        if abs(best - v) > rtol * best:
+            rel = abs(best - v) / best
+            trip = (
+                f"; it is {rel:.1e} relative from the nearest, as a round trip through a lower precision gives "
+                "(cast down and back? rebuild or reload the model)"
+                if not rounded and rel <= 2.0**-8
                 else ""
             )
             raise ValueError(
-                f"{type(orig).__name__}: inv_freq entry {v!r} matches no base^(-2j/dim) of base {base:g}; "
-                f"ropekit refuses frequencies it cannot reproduce exactly{cast}"
+                f"{name}: inv_freq entry {v!r} matches no base^(-2j/dim) of base {base:g} "
+                f"(inv_freq is {buf.dtype}){trip}; ropekit refuses frequencies it cannot reproduce exactly"
             )
-        out.append(best)
+        out.append(v if rounded else best)
     return tuple(out)
 
 
 class RopekitVLRotary(nn.Module):
-    """Drop-in replacement of a VL rotary module: exact phases, the original's layout (see the module docstring)."""
+    """Drop-in replacement of a VL rotary module: exact phases, the original's layout (see the module docstring).
+
+    :func:`vl_replacement` builds it as an instance of ``Ropekit<Original>``, a subclass of this class and of the
+    original's class (made once per class), holding the original's attributes and buffers: ``isinstance`` with the
+    original class, ``config``, ``inv_freq``, ``original_inv_freq``, ``attention_scaling``, ``rope_type`` and the
+    original's methods stay as they were; ``forward`` is ropekit's.
+    """
 
     def __init__(self, orig: nn.Module, kind: str, cast: bool) -> None:
-        super().__init__()
+        nn.Module.__init__(self)  # not the original class's constructor: its state is copied below
+        for name, value in orig.__dict__.items():
+            if not name.startswith("_") and name not in ("training",):
+                self.__dict__[name] = value  # config, rope_type, attention_scaling, mrope_section, ...
+        self.train(orig.training)
         self.kind, self.cast = kind, cast
         self.config = orig.config
         self.attention_scaling = float(getattr(orig, "attention_scaling", 1.0))
         self._recompose: Callable[[torch.Tensor], torch.Tensor] = orig.recomposition_frequencies  # type: ignore[assignment]
-        self.inv_freq = orig.inv_freq
+        self._orig_name = type(orig).__name__
+        # the original's buffers (inv_freq, original_inv_freq), registered here so that they move and are cast with
+        # the model as the original's would be (transformers rotates with inv_freq's current values: rounded ones
+        # after a cast); unpatch hands them back to the original
+        for name, buf in orig.named_buffers(recurse=False):
+            self.register_buffer(name, buf, persistent=name not in orig._non_persistent_buffers_set)
+        #: the buffers taken from the original (ropekit.hf.unpatch gives their current tensors back)
+        self.ropekit_original_buffers = tuple(name for name, _ in orig.named_buffers(recurse=False))
+        if not isinstance(self._buffers.get("inv_freq"), torch.Tensor):
+            raise TypeError("it has no inv_freq buffer")
         if hasattr(orig, "mrope_section"):
             self.mrope_section = orig.mrope_section
         self.family: Family | None = VL_TEXT_FAMILIES.get(type(orig).__name__) if kind == "text" else None
         #: (function, apply kind) of the modeling file that ropekit.hf.patch wraps for this vision rotary
         self.vision_applies = (VISION_APPLIES[type(orig).__name__],) if kind == "vision" else ()
-        freqs = _exact_frequencies(orig)
-        self.spec = RopeSpec(head_dim=2 * len(freqs), freqs=freqs)
+        self.spec: RopeSpec
         #: the recomposition as a band-to-axis map (one multi-axis gather per call), or None: recompose
         self.layout: TextAxisLayout | None = None
-        if self.family is not None:
-            self.layout = text_axis_layout(self._recompose, freqs, self.family.tables == "interleave")
-        if self.layout is not None:  # buffers: they move with the model (.to / .cuda), no copy per call
-            inv = orig.inv_freq
-            dev = inv.device if isinstance(inv, torch.Tensor) else torch.device("cpu")
-            self.register_buffer("_full_index", self.layout.full.to(dev), persistent=False)
-            half = self.layout.half
-            self.register_buffer("_half_index", None if half is None else half.to(dev), persistent=False)
+        self._built_for: torch.dtype | None = None
+        self._build()
         fa = getattr(self.config, "freq_allocation", None)
         if fa is not None and type(orig).__name__ == "Ernie4_5_VLMoeTextRotaryEmbedding":
             from ropekit.hf.config_vl import ernie_sections
 
-            want = list(ernie_sections(fa, len(freqs)))
+            want = list(ernie_sections(fa, self.spec.n_bands))
             if list(orig.mrope_section) != want:  # type: ignore[arg-type]
                 raise ValueError(
                     f"its config says freq_allocation={fa} (ERNIE's split: mrope_section {want}) but transformers "
                     f"rotates with mrope_section={list(orig.mrope_section)}"  # type: ignore[arg-type]
                 )
 
+    def _build(self) -> None:
+        """The spec (and text layout) of the current ``inv_freq`` buffer: exact frequencies for a float32 one, its
+        rounded values (with a warning) for a cast one."""
+        buf = cast(torch.Tensor, self.inv_freq)
+        freqs = _exact_frequencies(self._orig_name, self.config, buf)
+        self.spec = RopeSpec(head_dim=2 * len(freqs), freqs=freqs)
+        self.layout = None
+        if self.family is not None:
+            self.layout = text_axis_layout(self._recompose, freqs, self.family.tables == "interleave")
+        if self.layout is not None:  # buffers: they move with the model (.to / .cuda), no copy per call
+            self.register_buffer("_full_index", self.layout.full.to(buf.device), persistent=False)
+            half = self.layout.half
+            self.register_buffer(
+                "_half_index", None if half is None else half.to(buf.device), persistent=False
+            )
+        self._built_for = buf.dtype
+        if buf.dtype in ROUNDED_DTYPES:
+            warn_cast(self, buf.dtype, self._orig_name, stacklevel=4)
+
     @torch.no_grad()
     def forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        dtype = cast(torch.Tensor, self.inv_freq).dtype
+        if dtype != self._built_for:  # the model was cast after the patch: follow transformers' buffer
+            if torch.compiler.is_compiling():
+                raise ValueError(
+                    f"{self._orig_name}: its inv_freq buffer became {dtype} after the patch (the model was cast); "
+                    "run one forward outside torch.compile first so ropekit reads the new frequencies"
+                )
+            self._build()
         pos = position_ids
         if self.kind == "text" and pos.dim() == 2:
             pos = pos.unsqueeze(0).expand(3, -1, -1)  # (b, s) text ids: every axis equal
@@ -212,7 +262,6 @@ class RopekitVLRotary(nn.Module):
             setattr(cos, ROPEKIT_TABLES, info)
             setattr(sin, ROPEKIT_TABLES, info)
         return cos, sin
-
 
     def _from_layout(
         self, layout: TextAxisLayout, family: Family, x: torch.Tensor, pos: torch.Tensor
@@ -311,6 +360,18 @@ def vl_kind(module: nn.Module) -> str | None:
     return None if entry is None else entry[0]
 
 
+_VL_CLASSES: dict[type[nn.Module], type[RopekitVLRotary]] = {}
+
+
+def _vl_class(original: type[nn.Module]) -> type[RopekitVLRotary]:
+    """``Ropekit<Original>``: ropekit's forward first, then the original class (made once per class)."""
+    cls = _VL_CLASSES.get(original)
+    if cls is None:
+        cls = type(f"Ropekit{original.__name__}", (RopekitVLRotary, original), {"__module__": __name__})
+        _VL_CLASSES[original] = cls
+    return cls
+
+
 def vl_replacement(module: nn.Module) -> tuple[nn.Module | None, str | None]:
     """(replacement, None) for a recognised VL rotary that passes the probe; (None, why) when it is refused.
 
@@ -323,7 +384,7 @@ def vl_replacement(module: nn.Module) -> tuple[nn.Module | None, str | None]:
         new: nn.Module = (
             RopekitLlama4VisionRotary(module)
             if kind == "llama4"
-            else RopekitVLRotary(module, *VL_ROTARY_CLASSES[type(module).__name__])
+            else _vl_class(type(module))(module, *VL_ROTARY_CLASSES[type(module).__name__])
         )
     except (ValueError, KeyError, AttributeError, TypeError) as e:
         return None, f"ropekit cannot express it: {e}"

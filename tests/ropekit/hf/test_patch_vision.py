@@ -75,7 +75,7 @@ def test_llava_with_pixtral_vision_tower_logits_and_generate_equal() -> None:
             warnings.simplefilter("error")  # every rotary is recognised: no "left alone" warning
             ropekit.hf.patch(model)
         kinds = {type(m).__name__ for m in model.modules() if isinstance(m, (RopekitRotary, RopekitVLRotary))}
-        assert kinds == {"RopekitMistralRotaryEmbedding", "RopekitVLRotary"}
+        assert kinds == {"RopekitMistralRotaryEmbedding", "RopekitPixtralVisionRotaryEmbedding"}
         before = CALLS[PIXTRAL_APPLY]
         got = model(**kw).logits
         assert CALLS[PIXTRAL_APPLY] - before == 2  # one ropekit rotation per vision layer

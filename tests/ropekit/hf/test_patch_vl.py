@@ -223,12 +223,19 @@ def test_lifecycle_idempotent_unpatch_bit_for_bit_and_context_manager(family: st
     model = _model(family).eval()
     kw = _inputs(family)
     before = _snapshot(model)
+    vision_class = type(model.model.visual.rotary_pos_emb)
+    text_class = type(model.model.language_model.rotary_emb)
     with torch.no_grad():
         ref = model(**kw).logits
         assert ropekit.hf.patch(model) is model
         swapped = {n: type(m).__name__ for n, m in model.named_modules() if isinstance(m, RopekitVLRotary)}
-        assert swapped == {"model.visual.rotary_pos_emb": "RopekitVLRotary",
-                           "model.language_model.rotary_emb": "RopekitVLRotary"}  # fmt: skip
+        assert swapped == {"model.visual.rotary_pos_emb": f"Ropekit{vision_class.__name__}",
+                           "model.language_model.rotary_emb": f"Ropekit{text_class.__name__}"}  # fmt: skip
+        # the replacements are instances of the original classes, with their attributes
+        assert isinstance(model.model.visual.rotary_pos_emb, vision_class)
+        assert isinstance(model.model.language_model.rotary_emb, text_class)
+        assert model.model.language_model.rotary_emb.config is model.config.text_config
+        assert model.model.language_model.rotary_emb.rope_type == "default"
         wrapped = sys.modules[type(model.model.language_model.layers[0]).__module__].apply_rotary_pos_emb
         modeling = sys.modules[type(model).__module__]
         wrapped_v = modeling.apply_rotary_pos_emb_vision
@@ -303,12 +310,78 @@ def test_bf16_model_rotates_with_float32_tables() -> None:
     assert (got.double() - exact).abs().max() < (ref.double() - exact).abs().max()
 
 
-def test_cast_vl_model_refusal_names_the_cast() -> None:
-    """A VL model cast to bf16 before patch is refused (its vision rotary's rounded inv_freq matches no base); the
-    message says the cast is why and what to do, and nothing is modified."""
-    m = _model("qwen2_vl").eval().to(torch.bfloat16)
+def _mrope_oracle(inv_freq: torch.Tensor, pos: torch.Tensor, section: list[int]) -> torch.Tensor:
+    """Qwen2-VL's text cos table from its definition, in float64: band j takes the axis of its mrope_section chunk
+    (t, h, w, t, ...), angle pos[axis] * inv_freq[j], the half table repeated (half-split pairs)."""
+    axis = [i % 3 for i, n in enumerate(section) for _ in range(n)]
+    inv = inv_freq.double()
+    ang = torch.stack([pos[axis[j]].double() * inv[j] for j in range(len(axis))], -1)
+    return torch.cat([ang.cos()] * 2, -1)
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_cast_vl_model_rotates_with_its_rounded_frequencies(when: str) -> None:
+    """``model.to(torch.bfloat16)`` rounds each rotary's inv_freq, and transformers then rotates with the rounded
+    values (its forward reads ``inv_freq.float()``). Cast before or after the patch, ropekit follows the buffer, with
+    a warning naming the module and the dtype: its tables are the float64 oracle's for the rounded frequencies (to
+    float32 rounding), so they equal transformers' to float32 phase error; with the float32 frequencies they would
+    be radians off at these positions. The vision tower and the text layers still rotate through ropekit."""
+    torch.manual_seed(0)
+    model = _model("qwen2_vl").eval()
+    t = torch.arange(16)
+    pos = torch.stack([t + 3000, t // 4 + 700, t % 4 + 40])[:, None]  # [3, 1, 16], axes differ
+    x = torch.zeros(1)
+    if when == "before":
+        model.to(torch.bfloat16)
+    rot = model.model.language_model.rotary_emb
+    inv = rot.inv_freq.to(torch.bfloat16)  # the rounded values transformers rotates with after the cast
+    key, vision_key = _text_apply_key(model), _vision_apply_key(model)
+    warned = r"Qwen2VLRotaryEmbedding: the rotary frequency buffers are torch.bfloat16"
+    if when == "before":  # warned by the patch
+        with pytest.warns(UserWarning, match=warned):
+            ropekit.hf.patch(model)
+        cos, _ = model.model.language_model.rotary_emb(x, pos)
+    else:  # warned by the first forward after the cast
+        ropekit.hf.patch(model)
+        model.to(torch.bfloat16)
+        with pytest.warns(UserWarning, match=warned):
+            cos, _ = model.model.language_model.rotary_emb(x, pos)
+    want = _mrope_oracle(inv, pos, [2, 3, 3])
+    assert (cos.double() - want).abs().max() < 2e-7
+    config_freqs = torch.tensor([1e4 ** (-j / 8) for j in range(8)], dtype=torch.float64)  # head_dim 16, theta 1e4
+    assert (cos.double() - _mrope_oracle(config_freqs, pos, [2, 3, 3])).abs().max() > 0.1
+    kw = _inputs("qwen2_vl")
+    before, before_v = CALLS[key], CALLS[vision_key]
+    with torch.no_grad():
+        model(**{k: (v.bfloat16() if v.is_floating_point() else v) for k, v in kw.items()})
+    assert CALLS[key] - before == model.config.text_config.num_hidden_layers
+    assert CALLS[vision_key] - before_v == _vision_rotations(model, kw)
+    ropekit.hf.unpatch(model)
+    # the original gets the cast buffer back: unpatched, the model rotates as if it had never been patched
+    assert model.model.language_model.rotary_emb.inv_freq.dtype == torch.bfloat16
+    ref, _ = model.model.language_model.rotary_emb(x, pos)
+    assert (ref.double() - want).abs().max() < 2e-3  # transformers: float32 products of the same frequencies
+
+
+def test_a_vl_rotary_keeps_the_original_buffers_and_gives_them_back() -> None:
+    """The replacement holds the original's buffers (inv_freq, original_inv_freq): model.to(...) moves and casts
+    them as it would the original's, and unpatch hands the current tensors back."""
+    model = _model("qwen2_vl").eval()
+    names = {n for n, _ in model.model.language_model.rotary_emb.named_buffers()}
+    assert {"inv_freq", "original_inv_freq"} <= names
+    ropekit.hf.patch(model)
+    assert names <= {n for n, _ in model.model.language_model.rotary_emb.named_buffers()}
+    model.to(torch.float64)
+    ropekit.hf.unpatch(model)
+    for m in (model.model.language_model.rotary_emb, model.model.visual.rotary_pos_emb):
+        assert m.inv_freq.dtype == torch.float64 and m.original_inv_freq.dtype == torch.float64
+
+
+def test_a_vl_model_cast_down_and_back_is_refused_naming_the_round_trip() -> None:
+    """bfloat16 and back to float32: rounded values in a float32 buffer; nothing is modified."""
+    m = _model("qwen2_vl").eval().to(torch.bfloat16).float()
     classes = [type(x) for x in m.modules()]
-    with pytest.raises(ValueError, match=r"inv_freq buffer is torch.bfloat16: the model was cast after it was built"):
+    with pytest.raises(ValueError, match=r"inv_freq is torch.float32.* as a round trip through a lower precision"):
         ropekit.hf.patch(m)
     assert [type(x) for x in m.modules()] == classes
 
