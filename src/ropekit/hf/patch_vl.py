@@ -46,14 +46,9 @@ from ropekit.axis_tables import axis_tables
 from ropekit.hf.cast import ROUNDED_DTYPES, warn_cast
 from ropekit.hf.families import Family
 from ropekit.hf.rotary import ROPEKIT_TABLES, RopekitTables
-from ropekit.hf.vision_apply import (
-    LLAMA4_VISION,
-    VISION_APPLIES,
-    RopekitLlama4VisionRotary,
-    tag_cat_tables,
-    verify_vision_apply,
-)
+from ropekit.hf.vision_apply import LLAMA4_VISION, VISION_APPLIES, RopekitLlama4VisionRotary, tag_cat_tables
 from ropekit.hf.vl_layout import TextAxisLayout, text_axis_layout
+from ropekit.hf.vl_probe import verify_replacement
 from ropekit.phases import rope_tables
 from ropekit.spec import RopeSpec
 
@@ -286,71 +281,6 @@ class RopekitVLRotary(nn.Module):
         return cos, sin
 
 
-def _probe_positions(kind: str, device: torch.device) -> torch.Tensor:
-    """Distinct per-axis positions: text [3, 2, 12] (t, h, w differ), vision [12, 2] (row, col)."""
-    t = torch.arange(12, device=device)
-    if kind == "text":
-        return torch.stack([t + 100, t // 3 + 7, t % 5 + 40]).unsqueeze(1).expand(3, 2, 12).contiguous()
-    return torch.stack([t // 4, t % 4 + 3], dim=-1)
-
-
-def _verify(orig: nn.Module, new: nn.Module, kind: str) -> str | None:
-    """None when ``new`` reproduces ``orig`` on a probe (tables; for text also the wrapped apply function)."""
-    buf = next(iter(orig.buffers()), None)
-    device = buf.device if buf is not None else torch.device("cpu")
-    if device.type == "meta":
-        return "the module is on the meta device (load the weights first)"
-    with torch.no_grad():
-        if kind == "llama4":
-            ref = [orig(torch.zeros(1, device=device))]
-            got = [new(torch.zeros(1, device=device))]
-        else:
-            x, pos = torch.zeros(1, device=device), _probe_positions(kind, device)
-            try:
-                ref = list(orig(x, pos))
-            except Exception as e:  # noqa: BLE001 - a module that does not run is refused, not crashed on
-                return f"the original module does not run on a probe: {type(e).__name__}: {e}"
-            got = list(new(x, pos))
-        for a, b in zip(ref, got):
-            if a.shape != b.shape or a.dtype != b.dtype:
-                return f"tables differ in format: transformers {tuple(a.shape)} {a.dtype}, ropekit {tuple(b.shape)} {b.dtype}"
-            if a.is_complex():
-                a, b = torch.view_as_real(a), torch.view_as_real(b)
-            err = float((a.double() - b.double()).abs().max()) if a.numel() else 0.0
-            if err > 1e-5:
-                return f"tables differ from transformers' by {err:.2e}"
-        family = getattr(new, "family", None)
-        if family is not None:
-            return _verify_apply(orig, family, got[0], got[1], device)
-        if kind in ("vision", "llama4"):
-            return verify_vision_apply(orig, tuple(got))
-    return None
-
-
-def _verify_apply(
-    orig: nn.Module, family: Family, cos: torch.Tensor, sin: torch.Tensor, device: torch.device
-) -> str | None:
-    import sys
-
-    from ropekit.hf.apply import check_route
-
-    modeling = sys.modules[type(orig).__module__]
-    gen = torch.Generator(device="cpu").manual_seed(0)
-    for fn_name, kind in family.applies:
-        fn = getattr(modeling, fn_name, None)
-        if not callable(fn):
-            return f"{modeling.__name__} defines no {fn_name}"
-        original = getattr(fn, "_ropekit_original", fn)
-        shape = (cos.shape[0], 3, cos.shape[1], cos.shape[-1])
-        q, k = (torch.randn(shape, generator=gen).to(device) for _ in range(2))
-        why = check_route(
-            original, kind, "probe-vl", (q, k, cos, sin), f"ropekit's {family.layout!r} pairing"
-        )
-        if why is not None:
-            return why
-    return None
-
-
 def vl_kind(module: nn.Module) -> str | None:
     """ "text", "vision" or "llama4" for a module this file replaces (by its class name), else None."""
     name = type(module).__name__
@@ -388,7 +318,7 @@ def vl_replacement(module: nn.Module) -> tuple[nn.Module | None, str | None]:
         )
     except (ValueError, KeyError, AttributeError, TypeError) as e:
         return None, f"ropekit cannot express it: {e}"
-    why = _verify(module, new, kind)
+    why = verify_replacement(module, new, kind)
     return (None, why) if why is not None else (new, None)
 
 
