@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from ropekit.analysis.recipe import common_fp32_inv_freq, common_fp32_tables
-from ropekit.phases import rope_tables
+from ropekit.phases import _rope_tables
 from ropekit.rotation.reference import reference_frequencies
 from ropekit.spec import RopeSpec
 
@@ -114,7 +114,9 @@ def phase_error(spec: RopeSpec, position: int, *, window: int = 2048) -> PhaseEr
     return PhaseError(
         position,
         int(pos.numel()),
-        err(*rope_tables(pos, spec, seq_len=seq_len)),
+        # the exact tables rope_tables returns, computed for these positions only (rope_tables would first grow
+        # its shared cache to every position up to this one: 2 s at 131k positions, for 2048 rows)
+        err(*_rope_tables(pos, spec, seq_len=seq_len)),
         err(*common_fp32_tables(pos, spec, seq_len=seq_len)),
         bound,
     )
