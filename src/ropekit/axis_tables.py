@@ -181,14 +181,20 @@ def apply_rope_axes(
         cos, sin = memo[5], memo[6]
     else:
         cos, sin = _tables_for_call(q, positions, spec, format, need64)
-        if not need64:  # validated: the next call with this geometry takes the planned path
-            row = _token_row(positions, format)
-            axis_plan.remember(q, k, positions, row, spec, _one_axis(spec), format, inplace, backend)
     if cos is None:
         # every axis at the same position (text tokens, every decoding step): exactly plain RoPE at ``sin`` (the
         # positions row), through apply_rope's own 1-D path (its cached rows read in the kernel, its decode plans)
-        return apply_rope(q, k, sin, _one_axis(spec), format=format, inplace=inplace, backend=backend)
-    return apply_rope_tables(q, k, cos, sin, spec, format=format, inplace=inplace, backend=backend)
+        out = apply_rope(q, k, sin, _one_axis(spec), format=format, inplace=inplace, backend=backend)
+    else:
+        out = apply_rope_tables(q, k, cos, sin, spec, format=format, inplace=inplace, backend=backend)
+    if memo is None and not need64:
+        # the call passed every check (positions above, q and k in the rotation): the next call with this geometry
+        # takes the planned path, which checks nothing. Only now: a plan stored before a refused call would let the
+        # same bad call through unchecked the next time (a wrong head_dim then read past q's memory).
+        axis_plan.remember(
+            q, k, positions, _token_row(positions, format), spec, _one_axis(spec), format, inplace, backend
+        )
+    return out
 
 
 def _token_row(positions: torch.Tensor, fmt: str) -> torch.Tensor:

@@ -194,3 +194,31 @@ def test_equal_axes_take_the_one_d_path_bit_identically(kind: str, monkeypatch: 
     # token's row from its axes' rows, tests/ropekit/rotation/test_axis_plan.py); the module gathers its tables
     expected = {"planned"} if kind == "function" and cpu_build.load() is not None else {"multi"}
     assert taken_by_call == expected and torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("q_shape", "k_shape", "match"),
+    [
+        ((2, 35, 4, 32), None, r"head_dim|last dimension|rotary_dim"),  # q's head_dim is not the spec's
+        ((2, 35, 4, 64), (2, 34, 2, 64), r"k"),  # k has 34 tokens, q 35
+        ((2, 35, 4, 64), (1, 35, 2, 64), r"k"),  # k's batch is not q's
+        ((2, 35, 4, 64), (2, 35, 2, 128), r"k"),  # k's head_dim is not q's
+    ],
+)
+def test_a_refused_call_is_refused_again_with_nothing_modified(
+    q_shape: tuple[int, ...], k_shape: tuple[int, ...] | None, match: str
+) -> None:
+    """A call refused once is refused every time (the user trial: the C plan of the geometry was stored before q
+    and k were checked, so the same bad call went unchecked the second time, rotating in place or reading past q's
+    memory), and an in-place call modifies nothing."""
+    from ropekit.positions.grid import grid_positions
+    from ropekit.presets_vl import rope_vit_axial_spec
+
+    spec, pos = rope_vit_axial_spec(64), grid_positions((5, 7))
+    q = torch.randn(q_shape)
+    k = None if k_shape is None else torch.randn(k_shape)
+    q0, k0 = q.clone(), None if k is None else k.clone()
+    for _ in range(3):
+        with pytest.raises(ValueError, match=match):
+            apply_rope_axes(q, k, pos, spec, inplace=True)
+        assert torch.equal(q, q0) and (k is None or torch.equal(k, k0))
