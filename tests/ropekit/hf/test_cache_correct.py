@@ -244,3 +244,58 @@ def test_hooks_find_the_cache_under_either_argument_name(name: str) -> None:
     owner(input_ids=ids, **{name: marker})
     assert seen[-1][0] is marker and seen[-1][2] is marker and state.cache is None  # cleared after the call
     assert cache_argument({name: marker}) is marker and cache_argument({"other": marker}) is None
+
+
+def _beams(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, **kw: Any) -> torch.Tensor:
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = model.generate(  # type: ignore[operator]
+            ids, attention_mask=mask, pad_token_id=0, max_new_tokens=NEW, do_sample=False, num_beams=3,
+            num_return_sequences=3, **kw,
+        )  # fmt: skip
+    return out  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("name", ["llama-dynamic", "llama-longrope"])
+def test_beam_search_rebuilds_each_beam_from_its_own_tokens(name: str) -> None:
+    """Beam search reorders the cache's rows every step (``reorder_cache``): the rebuild must follow them (the user
+    trial: each row was rebuilt from another row's tokens). Oracle: beam search without a cache (every step a full
+    forward), which the unpatched cached search does not match."""
+    ref = _model(name, 2)
+    ids, mask = _inputs()
+    oracle = _beams(copy.deepcopy(ref), ids, mask, use_cache=False)
+    assert not torch.equal(_beams(copy.deepcopy(ref), ids, mask), oracle)  # transformers' stale cache drifts
+    ours = ropekit.hf.patch(copy.deepcopy(ref), cache_correct=True)
+    assert torch.equal(_beams(ours, ids, mask), oracle)
+    assert _state(ours).rebuilds > 0
+
+
+def test_two_live_caches_are_each_rebuilt_from_their_own_tokens() -> None:
+    """Two conversations served alternately by one model, each with its own cache of the same length: crossing L0
+    in one rebuilds it from its tokens, not from the other's (the record lives on each cache)."""
+    from transformers import DynamicCache
+
+    ref = _model("llama-dynamic", 2)
+    model = ropekit.hf.patch(copy.deepcopy(ref), cache_correct=True)
+    gen = torch.Generator().manual_seed(1)
+    a, b, new = (torch.randint(3, 128, (1, n), generator=gen) for n in (15, 15, 2))
+    ca, cb = DynamicCache(config=model.config), DynamicCache(config=model.config)
+    with torch.no_grad():
+        model(input_ids=a, past_key_values=ca)
+        model(input_ids=b, past_key_values=cb)
+        got = model(input_ids=new, past_key_values=ca).logits[:, -1]  # 17 tokens: the frequencies switch
+    want = _full(ref, torch.cat([a, new], 1), torch.ones_like(a))
+    assert float((got - want).abs().max() / want.abs().max()) <= 1e-4
+
+
+def test_a_static_cache_is_refused_at_its_first_call() -> None:
+    """A static cache cannot be rebuilt: refused by name on the first forward (it used to fail only once the
+    frequencies switched, mid-generation, with an unrelated message), before anything is written to it."""
+    from transformers import StaticCache
+
+    model = ropekit.hf.patch(_model("llama-dynamic", 2), cache_correct=True)
+    ids, mask = _inputs()
+    cache = StaticCache(config=model.config, max_cache_len=32)
+    with torch.no_grad(), pytest.raises(ValueError, match=r"got StaticCache with StaticLayer layers .* use a DynamicCache"):
+        model(input_ids=ids, attention_mask=mask, past_key_values=cache)
+    assert int(cache.get_seq_length()) == 0
