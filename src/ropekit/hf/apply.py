@@ -82,8 +82,10 @@ def _rotate(
 def _rotate_q_defer_k(
     q: torch.Tensor, k: torch.Tensor, info: RopekitTables
 ) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """q and k unrotated, k marked: the fused cache write rotates k into the cache and q in place
-    (:mod:`ropekit.hf.fused_cache`). None (rotate as usual) when autograd needs the rotation recorded."""
+    """q rotated now, k unrotated and marked: the fused cache write rotates k into the cache
+    (:mod:`ropekit.hf.fused_cache`). q is not deferred: a model may compute a new query from it before the cache
+    write (Ministral 3 scales it), and that tensor must already be rotated. None (rotate as usual) when autograd
+    needs the rotation recorded."""
     from ropekit.hf.fused_cache import defer_k
 
     if (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad)) or q.dtype != k.dtype:
@@ -92,9 +94,12 @@ def _rotate_q_defer_k(
     d, r = q.shape[-1], 2 * cos.shape[-1]
     if d < r or k.shape[-1] != d:
         return None
-    if not defer_k(k, q, info, _geometry(d, r, info.family.layout), cos, sin):
+    rotated = _rotate(q, None, info, "bhsd", info.family.layout)
+    if rotated is None:
         return None
-    return q, k
+    if not defer_k(k, info, _geometry(d, r, info.family.layout), cos, sin):
+        return None
+    return rotated[0], k
 
 
 def _fmt(unsqueeze_dim: Any) -> str | None:

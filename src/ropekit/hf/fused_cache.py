@@ -3,9 +3,11 @@
 
 In a transformers attention layer, ``apply_rotary_pos_emb`` rotates q and k, then ``past_key_values.update``
 copies k and v into the cache: k is read and written twice. With a patched model (:func:`ropekit.hf.patch`) and
-this cache passed as ``past_key_values``, the patched apply function hands q and k on unrotated; the cache's
-``update`` rotates k while writing it and q in place, in one kernel call (:func:`ropekit.rope_cache_write`: one
-pass over q, k and v), and returns the same keys and values a ``StaticCache`` returns. Usage::
+this cache passed as ``past_key_values``, the patched apply function rotates q and hands k on unrotated; the
+cache's ``update`` rotates k while writing it (:func:`ropekit.rope_cache_write`: one pass over k and v), and
+returns the same keys and values a ``StaticCache`` returns. q is rotated at the apply call, not deferred to the
+write: a model may make a new query tensor from q before the write (Ministral 3 scales it), and that one must be
+rotated (deferring q too left Ministral 3's queries unrotated, found by a user trial). Usage::
 
     model = ropekit.hf.patch(model)
     cache = FusedStaticCache(model, max_cache_len=4096)
@@ -17,10 +19,10 @@ How k gets to the cache unrotated, and why that can never leave a key unrotated:
   a patched rotary module (``LlamaModel`` ...). Only when that module's forward receives a ``FusedStaticCache``
   as ``past_key_values`` does it tell its rotary module to mark the tables of this forward as deferring k.
 * The patched apply function (``qk`` calling convention, [b, h, s, d], no autograd recording) then returns q
-  and k unrotated, k marked with the tables and q; anything else (another cache, no cache, other conventions,
+  rotated and k unrotated, k marked with the tables; anything else (another cache, no cache, other conventions,
   tensors that require grad) rotates q and k as usual.
-* ``update`` rotates a marked k into the cache and q in place, in one kernel call (:func:`ropekit.rope_cache_write`
-  with ``q=``), before the attention reads q; an unmarked k is written as a ``StaticCache`` writes it.
+* ``update`` rotates a marked k into the cache (:func:`ropekit.rope_cache_write`); an unmarked k is written as a
+  ``StaticCache`` writes it.
 * After the forward, the hook checks that every deferred k was written by ``update``; if one was not (a model
   whose attention uses k between the rotation and the cache write), it raises ``RuntimeError`` -- that model
   must use a plain ``StaticCache``.
@@ -43,7 +45,7 @@ from ropekit.rotation.kv_cache import rope_cache_write
 
 __all__ = ["DEFERRED", "FusedStaticCache", "FusedStaticLayer"]
 
-#: attribute on an unrotated k handed to the cache: (the rotation spec, cos, sin, the layer's unrotated q)
+#: attribute on an unrotated k handed to the cache: (the rotation spec, cos, sin)
 DEFERRED = "_ropekit_deferred_k"
 _HOOKED = "_ropekit_fused_cache_hooks"
 
@@ -56,10 +58,21 @@ class FusedStaticLayer(StaticLayer):  # type: ignore[no-untyped-call]  # transfo
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         deferred = getattr(key_states, DEFERRED, None)
         if deferred is None:
+            if self.owner is not None and self.owner.pending:
+                # a deferred (unrotated) k is outstanding and an unmarked key arrives: the model made a new key
+                # tensor from it (Phi, StableLM: the rotated part concatenated with the pass-through part), which
+                # would be written unrotated. Refused before anything of this forward is written.
+                self.owner.pending = 0
+                raise RuntimeError(
+                    "FusedStaticCache: a key tensor reached the cache's update while an unrotated key handed over "
+                    "by the patched apply function is outstanding; this model makes new key tensors between "
+                    "RoPE and the cache write (e.g. partial rotary concatenated outside the apply function) -- "
+                    "use transformers' StaticCache with it"
+                )
             return super().update(key_states, value_states, *args, **kwargs)
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        spec, cos, sin, q = deferred
+        spec, cos, sin = deferred
         offset = int(self.cumulative_length)
         keys, values = self.keys, self.values
         assert keys is not None and values is not None  # allocated by lazy_initialization
@@ -71,7 +84,6 @@ class FusedStaticLayer(StaticLayer):  # type: ignore[no-untyped-call]  # transfo
             torch.full((key_states.shape[0],), offset, dtype=torch.int64, device=key_states.device),
             spec,
             tables=(cos, sin),
-            q=q,  # rotated in place: the attention reads it after this update
             format="bhsd",
             cache_format="bhsd",
         )
@@ -156,14 +168,12 @@ class FusedStaticCache(StaticCache):
         _install(model)
 
 
-def defer_k(
-    k: torch.Tensor, q: torch.Tensor, info: RopekitTables, spec: Any, cos: torch.Tensor, sin: torch.Tensor
-) -> bool:
-    """Mark k (and its q) for the fused cache write (called by the patched apply function); False when no fused
-    cache is in use."""
+def defer_k(k: torch.Tensor, info: RopekitTables, spec: Any, cos: torch.Tensor, sin: torch.Tensor) -> bool:
+    """Mark k for the fused cache write (called by the patched apply function, which has rotated q already);
+    False when no fused cache is in use."""
     cache = info.extra.get("defer_to")
     if not isinstance(cache, FusedStaticCache):
         return False
-    setattr(k, DEFERRED, (spec, cos, sin, q))
+    setattr(k, DEFERRED, (spec, cos, sin))
     cache.pending += 1
     return True
