@@ -107,6 +107,8 @@ def _check_offsets(off: torch.Tensor, S: int, rows: int) -> None:
     B = off.numel()
     if not B:
         return
+    if S > rows:  # no offset can fit: say so, not "need 0 <= offset <= <negative>"
+        raise ValueError(f"k has {S} new tokens but the cache holds only {rows} rows per sequence")
     if torch.compiler.is_compiling():  # traced: checked on the device when the graph runs
         ok = ((off >= 0) & (off + S <= rows)).all()
         torch._assert_async(
@@ -148,7 +150,7 @@ def _q_not_input(q: torch.Tensor | None, ins: list[tuple[str, torch.Tensor]]) ->
     if q is None or torch.compiler.is_compiling():
         return
     for name, x in ins:
-        if x.numel() and q.data_ptr() == x.data_ptr():
+        if x.numel() and q.numel() and _may_overlap(q, x):
             raise ValueError(f"q and {name} share memory; q is rotated in place and {name} must not change")
 
 
@@ -161,12 +163,56 @@ def _no_overlap(outs: list[tuple[str, torch.Tensor]], ins: list[tuple[str, torch
     """
     if torch.compiler.is_compiling():
         return
-    spans = [(n, _byte_range(x)) for n, x in outs + ins if x.numel()]
+    named = [(n, x) for n, x in outs + ins if x.numel()]
     n_out = sum(1 for _, x in outs if x.numel())
-    for i, (na, (a0, a1)) in enumerate(spans[:n_out]):
-        for nb, (b0, b1) in spans[i + 1 :]:
-            if a0 < b1 and b0 < a1:
+    for i, (na, a) in enumerate(named[:n_out]):
+        for nb, b in named[i + 1 :]:
+            if _may_overlap(a, b):
                 raise ValueError(f"{na} and {nb} overlap in memory; the cache write needs separate buffers")
+
+
+#: most digit combinations _may_overlap tries before it answers "may overlap" (conservative)
+_SEARCH_LIMIT = 4096
+
+
+def _may_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two strided tensors may share an element. Exact for views with the same strides and element size
+    (K and V interleaved per block, FlashInfer's ``[blocks, 2, block, H, D]`` as ``kv[:, 0]`` / ``kv[:, 1]``: their
+    byte spans interleave but no element meets); otherwise whether their byte spans meet (conservative)."""
+    a0, a1 = _byte_range(a)
+    b0, b1 = _byte_range(b)
+    if not (a0 < b1 and b0 < a1):
+        return False
+    es = a.element_size()
+    if b.element_size() != es or a.stride() != b.stride() or (b0 - a0) % es:
+        return True
+    # an element of a at sum s_i x_i meets one of b at delta + sum s_i y_i iff sum s_i (x_i - y_i) = delta, with
+    # -(b.shape_i - 1) <= x_i - y_i <= a.shape_i - 1: a bounded search from the largest stride down
+    dims = sorted(
+        (
+            (st, na - 1, nb - 1)
+            for st, na, nb in zip(a.stride(), a.shape, b.shape, strict=True)
+            if st and na + nb > 2
+        ),
+        reverse=True,
+    )
+    hi_in = [sum(st * na for st, na, _ in dims[i + 1 :]) for i in range(len(dims))]
+    lo_in = [-sum(st * nb for st, _, nb in dims[i + 1 :]) for i in range(len(dims))]
+    budget = [_SEARCH_LIMIT]
+
+    def meets(i: int, rem: int) -> bool:
+        if i == len(dims):
+            return rem == 0
+        st, na, nb = dims[i]
+        lo = max(-nb, -((hi_in[i] - rem) // st))  # ceil((rem - hi_in) / st)
+        hi = min(na, (rem - lo_in[i]) // st)
+        for x in range(lo, hi + 1):
+            budget[0] -= 1
+            if budget[0] < 0 or meets(i + 1, rem - st * x):
+                return True
+        return False
+
+    return meets(0, (b0 - a0) // es)
 
 
 def _check_fmt(name: str, fmt: str) -> None:

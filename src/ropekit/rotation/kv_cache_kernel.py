@@ -130,8 +130,10 @@ def fast_write(args: tuple[Any, ...]) -> bool:
         for j in range(i + 1, len(ranges)):
             if a0 < ranges[j][1] and ranges[j][0] < a1:
                 return False
-    if q is not None and q.data_ptr() in (k.data_ptr(), v.data_ptr()):
-        return False  # q is rotated in place and k, v must not change: the full path refuses it
+    if q is not None:  # q is rotated in place and k, v must not change: the full path decides (exactly)
+        q0, q1 = ranges[5]
+        if any(q0 < ranges[j][1] and ranges[j][0] < q1 for j in (2, 3)):
+            return False
     plan.params[27] = cpu_backend.threads_for(2 * plan.work, k.dtype)
     ptrs = (k.data_ptr(), v.data_ptr(), ck.data_ptr(), cv.data_ptr(), q.data_ptr() if q is not None else None)
     if not isinstance(tables[0], str):

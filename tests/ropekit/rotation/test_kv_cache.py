@@ -174,6 +174,35 @@ def test_q_aliasing_k_or_v_is_refused_also_on_a_planned_geometry() -> None:
         assert all(torch.equal(a, b) for a, b in zip(before, (k, v, ck, cv), strict=True))
 
 
+def test_q_partly_overlapping_k_is_refused_and_a_packed_qkv_is_not() -> None:
+    """q sharing some of k's elements (rows 0-3 and 1-4 of one buffer) would rotate k in place: refused (only an
+    identical start address was caught before). q, k and v as head slices of one packed qkv buffer share no element
+    (their byte spans interleave): accepted, k unchanged, q rotated (float64 oracle)."""
+    spec = RopeSpec(8, base=BASE)
+    buf = torch.randn(5, 1, 2, 8)
+    q, k, v = buf[0:4], buf[1:5], torch.randn(4, 1, 2, 8)
+    ck, cv = torch.zeros(4, 2, 8, 8), torch.zeros(4, 2, 8, 8)
+    sep = torch.randn(4, 1, 2, 8)
+    rope_cache_write(sep.clone(), v, ck.clone(), cv.clone(), torch.full((4,), 3), spec, q=sep)  # plans this geometry
+    before = buf.clone()
+    with pytest.raises(ValueError, match="q and k share memory"):
+        rope_cache_write(k, v, ck, cv, torch.full((4,), 3), spec, q=q)
+    assert torch.equal(buf, before) and not ck.any()
+    qkv = torch.randn(2, 3, 4 + 2 + 2, 8)  # [B, S, Hq + Hk + Hv, D]
+    q, k, v = qkv[:, :, :4], qkv[:, :, 4:6], qkv[:, :, 6:]
+    k0, q0 = k.clone(), q.clone()
+    off = torch.tensor([0, 2])
+    rope_cache_write(k, v, torch.zeros(2, 2, 8, 8), torch.zeros(2, 2, 8, 8), off, spec, q=q)
+    assert torch.equal(k, k0)
+    close(q, rope64(q0, off[:, None] + torch.arange(3), 8, "half"))
+
+
+def test_more_new_tokens_than_cache_rows_says_so() -> None:
+    k, v = torch.randn(1, 10, 2, 8), torch.randn(1, 10, 2, 8)
+    with pytest.raises(ValueError, match="k has 10 new tokens but the cache holds only 8 rows per sequence"):
+        rope_cache_write(k, v, torch.zeros(1, 2, 8, 8), torch.zeros(1, 2, 8, 8), 0, RopeSpec(8, base=BASE))
+
+
 def test_large_positions_use_exact_tables() -> None:
     """At position 2^24 + 1 the float32 recipe is off by ~1 rad in band 0; the fused write is not."""
     spec = RopeSpec(8, base=BASE)

@@ -162,3 +162,24 @@ def test_prepared_plan_repeats_the_full_path_and_still_checks_values() -> None:
     with pytest.raises(ValueError, match="overlap"):
         rope_paged_cache_write(ck[0], k, ck, cv, torch.tensor([0, 1, 2, 3]), spec, tables=tables)
     assert torch.equal(ck, before)
+
+
+def test_k_and_v_interleaved_per_block_are_accepted() -> None:
+    """FlashInfer's paged layout holds K and V of a block side by side, [blocks, 2, block, H, D]: kv[:, 0] and
+    kv[:, 1] have interleaved byte spans but no element in common (refused as "overlapping" before: the check
+    compared spans). The write lands at the slots (float64 oracle), nothing else changes; a cache that really shares
+    elements with the other is still refused."""
+    spec = RopeSpec(head_dim=16, base=BASE)
+    kv = torch.zeros(4, 2, 4, 2, 16)
+    ck, cv = kv[:, 0], kv[:, 1]
+    k, v = torch.randn(3, 2, 16), torch.randn(3, 2, 16)
+    slots, pos = torch.tensor([0, 5, 9]), torch.tensor([0, 1, 2])
+    rope_paged_cache_write(k, v, ck, cv, slots, spec, positions=pos)
+    flat_k, flat_v = ck.reshape(16, 2, 16), cv.reshape(16, 2, 16)
+    close(flat_k[slots], rope64(k, pos, 16, "half"))
+    assert torch.equal(flat_v[slots], v)
+    others = torch.ones(16, dtype=torch.bool)
+    others[slots] = False
+    assert not flat_k[others].any() and not flat_v[others].any()
+    with pytest.raises(ValueError, match="overlap in memory"):
+        rope_paged_cache_write(k, v, kv[:, 0], kv[:, 0, :, :, :], slots, spec, positions=pos)
