@@ -32,6 +32,7 @@ from ropekit.phases import check_positions
 __all__ = ["MixedRotary"]
 
 _TWO_PI = 2.0 * math.pi
+_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 
 
 class MixedRotary(nn.Module):
@@ -110,23 +111,50 @@ class MixedRotary(nn.Module):
     def forward(
         self, q: torch.Tensor, k: torch.Tensor | None = None, *, positions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Rotate q (and k) at 2-D positions [2, s] (x, y); prefix tokens at (0, 0) stay unrotated."""
-        for name, x in (("q", q), ("k", k)):
-            if x is None and name == "k":
-                continue
-            if not isinstance(x, torch.Tensor) or x.dim() != 4 or x.shape[-1] != self.head_dim:
+        """Rotate q (and k) at 2-D positions [2, s] (x, y); prefix tokens at (0, 0) stay unrotated.
+
+        Raises:
+            TypeError, ValueError: naming the argument, as :func:`ropekit.axis_tables.apply_rope_axes` does:
+            positions not a [2, s] integer or float32/float64 tensor; q or k not a floating 4-D tensor of the
+            module's format, head_dim and num_heads; k with another batch size, sequence length or device than q.
+        """
+        check_positions(positions)
+        if positions.dim() != 2 or positions.shape[0] != 2:
+            raise ValueError(
+                f"positions must have shape [2, tokens] with rows (x, y), got {tuple(positions.shape)}"
+            )
+        b, s = self._check_qk("q", q, positions)
+        if k is not None:
+            kb, ks = self._check_qk("k", k, positions)
+            if (kb, ks) != (b, s) or k.device != q.device:
                 raise ValueError(
-                    f"{name} must be a 4-D {self.format} tensor with head_dim={self.head_dim}, "
-                    f"got {getattr(x, 'shape', type(x).__name__)}"
+                    f"k must match q in batch and sequence length and device: q has (batch={b}, seq={s}) on "
+                    f"{q.device}, k has (batch={kb}, seq={ks}) on {k.device}"
                 )
-            heads, seq = (x.shape[2], x.shape[1]) if self.format == "bshd" else (x.shape[1], x.shape[2])
-            if heads != self.num_heads:
-                raise ValueError(f"{name} has {heads} heads but the module has num_heads={self.num_heads}")
-            if seq != positions.shape[-1]:
-                raise ValueError(f"positions cover {positions.shape[-1]} tokens but {name} has {seq}")
         ang = self.angles(positions)
         cos, sin = torch.cos(ang), torch.sin(ang)
         return _rotate(q, cos, sin, self.format), None if k is None else _rotate(k, cos, sin, self.format)
+
+    def _check_qk(self, name: str, x: object, positions: torch.Tensor) -> tuple[int, int]:
+        """(batch, seq) of q or k after checking type, rank, head_dim, dtype, heads and tokens."""
+        if not isinstance(
+            x, torch.Tensor
+        ):  # the exception types of apply_rope_axes: ValueError for q, TypeError for k
+            raise (ValueError if name == "q" else TypeError)(
+                f"{name} must be a 4-D {self.format} torch.Tensor with head_dim={self.head_dim}, got {type(x).__name__}"
+            )
+        if x.dim() != 4 or x.shape[-1] != self.head_dim:
+            raise ValueError(
+                f"{name} must be a 4-D {self.format} tensor with head_dim={self.head_dim}, got {tuple(x.shape)}"
+            )
+        if x.dtype not in _DTYPES:
+            raise ValueError(f"{name} must be float32, float64, bfloat16 or float16, got {x.dtype}")
+        heads, seq = (x.shape[2], x.shape[1]) if self.format == "bshd" else (x.shape[1], x.shape[2])
+        if heads != self.num_heads:
+            raise ValueError(f"{name} has {heads} heads but the module has num_heads={self.num_heads}")
+        if seq != positions.shape[-1]:
+            raise ValueError(f"positions cover {positions.shape[-1]} tokens but {name} has {seq}")
+        return x.shape[0], seq
 
     def extra_repr(self) -> str:
         return (

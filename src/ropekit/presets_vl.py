@@ -42,6 +42,15 @@ def _check_head_dim(head_dim: int, multiple: int, who: str) -> None:
         raise ValueError(f"{who}: head_dim must be a positive multiple of {multiple}, got {head_dim!r}")
 
 
+def _check_base(base: object, who: str) -> float:
+    """The vision builders form their tables from ``base`` themselves (``freqs=``), so RopeSpec's own check of
+    ``base`` never sees it: refuse here what it refuses (1 would make every frequency 1, a negative base complex
+    powers, 0 a division by zero, nan / inf non-finite tables)."""
+    if isinstance(base, bool) or not isinstance(base, (int, float)) or not (math.isfinite(base) and base > 1):
+        raise ValueError(f"{who}: base must be a finite number > 1, got {base!r}")
+    return float(base)
+
+
 def _quarter_freqs(head_dim: int, base: float, scale: float = 1.0) -> tuple[float, ...]:
     # theta_k = base^(-4k/D), k < D/4 (= base^(-2k/(D/2)): a 1-D table over half the head), once per axis.
     q = head_dim // 4
@@ -99,6 +108,7 @@ def videorope_spec(
 def qwen_vit_spec(head_dim: int = 80, base: float = 10_000.0) -> RopeSpec:
     """Qwen2/2.5/3-VL vision tower: ``theta_k = base^(-4k/D)`` on rows then columns, half-split."""
     _check_head_dim(head_dim, 4, "qwen_vit_spec")
+    base = _check_base(base, "qwen_vit_spec")
     return RopeSpec(
         head_dim=head_dim,
         freqs=_quarter_freqs(head_dim, base),
@@ -111,6 +121,7 @@ def pixtral_spec(head_dim: int = 64, base: float = 10_000.0) -> RopeSpec:
     """Pixtral vision tower (HF layout): slot i < D/4 is the row at ``theta_{2i}``, slot D/4 + i the column at
     ``theta_{2i+1}`` with ``theta_k = base^(-2k/D)``; half-split. Positions: (row, col) of each patch."""
     _check_head_dim(head_dim, 4, "pixtral_spec")
+    base = _check_base(base, "pixtral_spec")
     n = head_dim // 2
     theta = [float(base) ** (-2.0 * k / head_dim) for k in range(n)]
     return RopeSpec(
@@ -125,6 +136,7 @@ def llama4_vision_spec(head_dim: int = 88, base: float = 10_000.0) -> RopeSpec:
     """Llama 4 vision encoder: x block then y block, ``theta_k = base^(-4k/D)``, complex (interleaved) pairs.
     Positions are 1-based (``x + 1``, ``y + 1``); the class token sits at 0 on both axes (identity)."""
     _check_head_dim(head_dim, 4, "llama4_vision_spec")
+    base = _check_base(base, "llama4_vision_spec")
     return RopeSpec(
         head_dim=head_dim,
         freqs=_quarter_freqs(head_dim, base),
@@ -136,6 +148,7 @@ def llama4_vision_spec(head_dim: int = 88, base: float = 10_000.0) -> RopeSpec:
 def rope_vit_axial_spec(head_dim: int = 64, base: float = 100.0) -> RopeSpec:
     """RoPE-ViT axial (Heo et al. 2024): x block then y block, ``theta_k = 100^(-4k/D)``, complex pairs."""
     _check_head_dim(head_dim, 4, "rope_vit_axial_spec")
+    base = _check_base(base, "rope_vit_axial_spec")
     return RopeSpec(
         head_dim=head_dim,
         freqs=_quarter_freqs(head_dim, base),
@@ -148,6 +161,7 @@ def dinov3_spec(head_dim: int = 64, base: float = 100.0) -> RopeSpec:
     """DINOv3: angle ``2*pi * coord / period`` with period ``base^(4k/D)``; rows then columns; half-split.
     Positions are normalised coordinates in [-1, 1] (:func:`ropekit.positions.grid.normalized_grid`)."""
     _check_head_dim(head_dim, 4, "dinov3_spec")
+    base = _check_base(base, "dinov3_spec")
     return RopeSpec(
         head_dim=head_dim,
         freqs=_quarter_freqs(head_dim, base, scale=2.0 * math.pi),
@@ -168,6 +182,7 @@ def axial_spec(
     ``theta_k = base^(-k / sections[a])``, k < sections[a] -- RoPE-ViT's per-axis table generalised to any number
     of axes and any split (``sections=(D/4, D/4)`` is :func:`rope_vit_axial_spec`)."""
     _check_head_dim(head_dim, 2, "axial_spec")
+    base = _check_base(base, "axial_spec")
     sec = tuple(sections)
     if sum(sec) != head_dim // 2 or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in sec):
         raise ValueError(

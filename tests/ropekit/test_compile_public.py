@@ -184,3 +184,40 @@ def test_compiled_float_positions_are_checked_on_the_device(entry: str, bad: flo
     torch.testing.assert_close(f(good), calls[entry](good), rtol=0, atol=0)
     with pytest.raises(RuntimeError, match="positions must be finite with magnitude below 2\\*\\*63"):
         f(torch.tensor([0.0, bad, 1.0, 2.0]))
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_dinov3_training_augmentations_compile_fullgraph_with_the_seeded_draws(backend: str) -> None:
+    """DinoV3Rotary in training mode with shift / jitter / rescale: torch.rand(generator=...) broke the graph
+    ("Failed to convert args/kwargs to proxy"). The generator's state is now a tensor advanced by the custom op
+    ``ropekit::dinov3_draw``: compiled with fullgraph, every step draws exactly what an eager module of the same
+    seed draws, the coordinates lie in the documented ranges, and eval mode is the plain grid."""
+    kw: dict[str, Any] = {"shift": 0.2, "jitter": 1.3, "rescale": 2.0, "n_prefix": 1, "seed": 3}
+    q, k = _q(5)[:, :1].expand(2, 7, 4, 16).contiguous(), _q(6, 2)[:, :1].expand(2, 7, 2, 16).contiguous()
+    q = q + torch.arange(7.0)[None, :, None, None]  # tokens differ
+    torch._dynamo.reset()
+    eager, traced = ropekit.DinoV3Rotary(16, **kw), ropekit.DinoV3Rotary(16, **kw)
+    rotate = torch.compile(lambda q, k: traced(q, k, grid=(2, 3)), fullgraph=True, backend=backend)
+    coords = torch.compile(lambda: traced.positions((2, 3)), fullgraph=True, backend=backend)
+    plain = ropekit.DinoV3Rotary(16, n_prefix=1).eval().positions((2, 3))[:, 1:]
+    seen = []
+    for _ in range(3):
+        want, got = eager(q, k, grid=(2, 3)), rotate(q, k)
+        for a, b in zip(_flat(want), _flat(got), strict=True):
+            torch.testing.assert_close(b, a, rtol=0, atol=0)
+        pos, want_pos = coords(), eager.positions((2, 3))
+        torch.testing.assert_close(pos, want_pos, rtol=0, atol=0)
+        assert torch.equal(pos[:, 0], torch.zeros(2, dtype=torch.float64))  # the class token: identity
+        for axis in range(
+            2
+        ):  # pos = m * (plain + s): |s| <= shift, m in [1/(jitter*rescale), jitter*rescale]
+            x, y = plain[axis], pos[axis, 1:]
+            m = float((y[-1] - y[0]) / (x[-1] - x[0]))
+            s = float(y[0] / m - x[0])
+            torch.testing.assert_close(y, m * (x + s), rtol=0, atol=1e-12)
+            assert abs(s) <= 0.2 and 1 / 2.6 <= m <= 2.6
+        seen.append(pos)
+    assert not torch.equal(seen[0], seen[1])  # a new draw every step
+    eager.eval(), traced.eval()
+    torch.testing.assert_close(rotate(q, k)[0], eager(q, k, grid=(2, 3))[0], rtol=0, atol=0)
+    torch.testing.assert_close(coords()[:, 1:], plain, rtol=0, atol=0)

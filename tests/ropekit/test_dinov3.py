@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 import torch
 
 from ropekit.dinov3 import DinoV3Rotary
+from ropekit.positions.grid import normalized_grid
 
 D, BASE = 16, 100.0
 
@@ -123,8 +125,8 @@ def test_bhsd_and_grad() -> None:
 @pytest.mark.parametrize(
     ("kw", "match"),
     [
-        ({"jitter": 0.5}, "jitter must be None or a number > 1"),
-        ({"shift": -1.0}, "shift must be None or a number > 0"),
+        ({"jitter": 0.5}, "jitter must be None or a finite number > 1"),
+        ({"shift": -1.0}, "shift must be None or a finite number > 0"),
         ({"normalize": "mean"}, "normalize must be"),
         ({"n_prefix": -1}, "n_prefix must be a non-negative int"),
         ({"format": "thd"}, "format must be"),
@@ -140,3 +142,44 @@ def test_bad_arguments(kw: dict[str, object], match: str) -> None:
 def test_wrong_token_count_is_refused() -> None:
     with pytest.raises(ValueError, match="n_prefix \\+ H\\*W = 13 tokens"):
         DinoV3Rotary(D).eval()(torch.zeros(1, 12, 2, D), None, grid=(3, 4))
+
+
+@pytest.mark.parametrize("name", ["shift", "jitter", "rescale"])
+@pytest.mark.parametrize("value", [float("inf"), float("nan")])
+def test_non_finite_augmentations_are_refused_at_construction(name: str, value: float) -> None:
+    """DinoV3Rotary(64, shift=inf) constructed and failed at the first forward without naming shift."""
+    with pytest.raises(ValueError, match=f"{name} must be None or a finite number"):
+        DinoV3Rotary(D, **{name: value})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="dinov3_spec: base must be a finite number > 1, got 0.0"):
+        DinoV3Rotary(D, base=0.0)  # was a ZeroDivisionError
+
+
+def test_draws_are_those_of_a_generator_seeded_with_seed() -> None:
+    """The documented stream: step i of a training-mode module is normalized_grid's i-th draw from
+    torch.Generator().manual_seed(seed) (the state lives in rng_state, a tensor, so that it compiles)."""
+    kw: dict[str, float] = {"shift": 0.2, "jitter": 1.3, "rescale": 2.0}
+    rope = DinoV3Rotary(D, n_prefix=1, seed=11, **kw).train()
+    g = torch.Generator().manual_seed(11)
+    for _ in range(3):
+        want = normalized_grid(3, 5, generator=g, **kw)
+        assert torch.equal(rope.positions((3, 5))[:, 1:], want)
+    assert rope.state_dict() == {} and rope.rng_state.device.type == "cpu"
+    twin = copy.deepcopy(rope)  # a copy continues the same stream independently
+    assert torch.equal(twin.positions((3, 5)), rope.positions((3, 5)))
+    rope.manual_seed(11)  # restart
+    assert torch.equal(
+        rope.positions((3, 5))[:, 1:],
+        normalized_grid(3, 5, generator=torch.Generator().manual_seed(11), **kw),
+    )
+    rope.eval()
+    state = rope.rng_state.clone()
+    rope.positions((3, 5))
+    assert torch.equal(rope.rng_state, state)  # eval mode draws nothing
+
+
+def test_built_under_inference_mode_still_draws_outside_it() -> None:
+    """rng_state is updated in place: an inference tensor could not be, outside inference mode."""
+    with torch.inference_mode():
+        rope = DinoV3Rotary(D, rescale=2.0, seed=4).train()
+    want = normalized_grid(2, 3, rescale=2.0, generator=torch.Generator().manual_seed(4))
+    assert torch.equal(rope.positions((2, 3))[:, 1:], want)

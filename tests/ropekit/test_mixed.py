@@ -109,3 +109,35 @@ def test_errors() -> None:
         m(torch.randn(1, 3, 3, 8), positions=torch.zeros(2, 3))
     with pytest.raises(ValueError, match="positions cover 4 tokens but q has 3"):
         m(torch.randn(1, 3, 2, 8), positions=torch.zeros(2, 4))
+
+
+def test_forward_validates_like_apply_rope_axes_before_computing() -> None:
+    """Positions as a list raised AttributeError, an integer q was rotated with truncation (int64 out) and a k of
+    another batch size was accepted. Oracle: apply_rope_axes refuses the same calls with the same exception type."""
+    m = MixedRotary(8, 2, init="axial", learnable=False)
+    spec = rope_vit_axial_spec(8)
+    pos = grid_positions((2, 3))[[1, 0]]
+    q, k = torch.randn(2, 6, 2, 8), torch.randn(2, 6, 2, 8)
+    cases = [
+        ("positions must be a torch.Tensor", TypeError, q, k, pos.tolist()),
+        ("q must be float32, float64, bfloat16 or float16, got torch.int64", ValueError, q.long(), None, pos),
+        ("k must be float32, float64, bfloat16 or float16, got torch.int32", ValueError, q, k.int(), pos),
+        ("k must match q in batch", ValueError, q, k[:1], pos),
+        ("q must be a 4-D bshd torch.Tensor", ValueError, q.tolist(), None, pos),
+        ("k must be a 4-D bshd torch.Tensor", TypeError, q, "k", pos),
+        ("positions must have an integer or float32/float64 dtype", ValueError, q, k, pos.bool()),
+    ]
+    for match, exc, qq, kk, pp in cases:
+        saved = [t.clone() for t in (qq, kk) if isinstance(t, torch.Tensor)]
+        with pytest.raises(exc, match=match):
+            m(qq, kk, positions=pp)
+        with pytest.raises(Exception) as oracle:
+            apply_rope_axes(qq, kk, pp, spec)
+        assert type(oracle.value) is exc
+        assert all(
+            torch.equal(a, b) for a, b in zip(saved, [t for t in (qq, kk) if isinstance(t, torch.Tensor)])
+        )
+    # the accepted call is unchanged: frozen axial equals the axial spec (float32 rounding)
+    torch.testing.assert_close(
+        m(q, k, positions=pos)[1], apply_rope_axes(q, k, pos, spec)[1], atol=1e-5, rtol=1e-5
+    )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import re
 from contextlib import redirect_stdout
 
 import pytest
@@ -13,6 +14,15 @@ import pytest
 from ropekit.cli.main import main
 from ropekit.presets import PRESETS, get_preset
 from ropekit.presets_vision import VISION_PRESETS, VisionPreset
+from ropekit.presets_vl import (
+    axial_spec,
+    dinov3_spec,
+    llama4_vision_spec,
+    pixtral_spec,
+    qwen_vit_spec,
+    rope_vit_axial_spec,
+)
+from ropekit.spec import RopeSpec
 
 
 def _inspect(name: str) -> dict[str, object]:
@@ -86,3 +96,27 @@ def test_vision_preset_refuses_layer_types_and_missing_extents() -> None:
     with pytest.raises(ValueError, match="extents must name every axis"):
         VisionPreset("bad", "", {}, (), p.spec(), {"x": 1.0})
     assert p.views(context=30)[0].context == 30 and p.context == 14  # positions 0..13 reach context - 1
+
+
+_BUILDERS = {
+    "pixtral": lambda b: pixtral_spec(64, base=b),
+    "qwen_vit": lambda b: qwen_vit_spec(64, base=b),
+    "llama4_vision": lambda b: llama4_vision_spec(64, base=b),
+    "rope_vit_axial": lambda b: rope_vit_axial_spec(64, base=b),
+    "dinov3": lambda b: dinov3_spec(64, base=b),
+    "axial": lambda b: axial_spec(64, (8, 12, 12), base=b),
+}
+
+
+@pytest.mark.parametrize("builder", sorted(_BUILDERS))
+@pytest.mark.parametrize("base", [1.0, 0.5, 0.0, -5.0, float("nan"), float("inf"), True, "100"])
+def test_vision_builders_refuse_a_base_ropespec_refuses(builder: str, base: object) -> None:
+    """The builders pass explicit ``freqs``, so RopeSpec never saw ``base``: 1.0 gave all frequencies 1, -5 complex
+    powers, 0 a ZeroDivisionError, nan a message about freqs. The rule is RopeSpec's own (the oracle here)."""
+    with pytest.raises(ValueError, match="RopeSpec.base must be a finite number > 1"):
+        RopeSpec(64, base=base)  # type: ignore[arg-type]
+    with pytest.raises(
+        ValueError, match=f"{builder}_spec: base must be a finite number > 1, got {re.escape(repr(base))}"
+    ):
+        _BUILDERS[builder](base)
+    _BUILDERS[builder](1.0 + 1e-9)  # just above 1: accepted, as by RopeSpec

@@ -15,6 +15,7 @@ Shapes: A axes (2 or 3), N = number of patches; results are [A, N].
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Literal
 
 import torch
@@ -33,6 +34,46 @@ def _pos_int(name: str, v: object) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
         raise ValueError(f"{name} must be a positive int, got {v!r}")
     return v
+
+
+def _int_tensor(t: torch.Tensor) -> bool:
+    """An integer dtype (not bool, not floating, not complex)."""
+    return not (t.dtype == torch.bool or t.dtype.is_floating_point or t.dtype.is_complex)
+
+
+def _grid_thw_ints(grid_thw: object, name: str = "grid_thw") -> tuple[int, int, int]:
+    """(T, h, w) as three positive Python ints, refusing what ``int()`` would truncate or reinterpret.
+
+    Accepted: a tuple / list of three entries, each an int, a NumPy integer or a 0-d integer tensor; or a 1-D
+    integer tensor of 3 entries (a row of a processor's ``image_grid_thw`` / ``video_grid_thw``). Refused, naming
+    the value: floats (``4.5`` would become 4), bools (``True`` would become 1), floating / bool tensors, other
+    lengths, entries <= 0.
+    """
+    if isinstance(grid_thw, torch.Tensor):
+        if grid_thw.dim() != 1 or grid_thw.numel() != 3 or not _int_tensor(grid_thw):
+            raise ValueError(
+                f"{name} must be three positive ints (T, h, w) or a 1-D integer tensor of 3 entries, got "
+                f"{grid_thw!r}"
+            )
+        entries: list[object] = list(grid_thw.tolist())
+    elif isinstance(grid_thw, (tuple, list)) and len(grid_thw) == 3:
+        entries = list(grid_thw)
+    else:
+        raise ValueError(
+            f"{name} must be three positive ints (T, h, w) or a 1-D integer tensor of 3 entries, got {grid_thw!r}"
+        )
+    out = []
+    for v in entries:
+        int_0d = isinstance(v, torch.Tensor) and v.dim() == 0 and _int_tensor(v)
+        # Python and NumPy integers (NumPy's bool_ is not Integral; Python's bool is, and is refused)
+        integral = isinstance(v, numbers.Integral) and not isinstance(v, bool)
+        if not (int_0d or integral):
+            raise ValueError(f"{name} must be three positive ints (T, h, w), got {v!r} in {grid_thw!r}")
+        n = int(v)  # type: ignore[call-overload]
+        if n <= 0:
+            raise ValueError(f"{name} must be three positive ints (T, h, w), got {n} in {grid_thw!r}")
+        out.append(n)
+    return out[0], out[1], out[2]
 
 
 def grid_positions(shape: tuple[int, ...], *, start: int = 0) -> torch.Tensor:
@@ -58,22 +99,22 @@ def grid_positions(shape: tuple[int, ...], *, start: int = 0) -> torch.Tensor:
     return torch.stack([a.reshape(-1) for a in axes]) + start
 
 
-def merge_block_positions(grid_thw: tuple[int, int, int], merge: int = 2) -> torch.Tensor:
+def merge_block_positions(grid_thw: tuple[int, int, int] | torch.Tensor, merge: int = 2) -> torch.Tensor:
     """Qwen ViT (row, col) per patch in merge-block-major order, repeated for every frame.
 
     Args:
-        grid_thw: (T, h, w) patches (h and w divisible by ``merge``).
+        grid_thw: (T, h, w) patches (h and w divisible by ``merge``): three positive ints (Python, NumPy or 0-d
+            integer tensors) or a 1-D integer tensor of 3 entries such as transformers' ``image_grid_thw[i]``.
+            Floats and bools are refused (no silent truncation).
         merge: spatial merge size m.
 
     Returns:
         int64 [2, T * h * w].
     """
-    if not isinstance(grid_thw, (tuple, list)) or len(grid_thw) != 3:
-        raise ValueError(f"grid_thw must be (T, h, w), got {grid_thw!r}")
-    t, h, w = (_pos_int("grid_thw entries", int(v)) for v in grid_thw)
+    t, h, w = _grid_thw_ints(grid_thw)
     m = _pos_int("merge", merge)
     if h % m or w % m:
-        raise ValueError(f"grid_thw={tuple(grid_thw)}: h and w must be divisible by merge={m}")
+        raise ValueError(f"grid_thw={(t, h, w)}: h and w must be divisible by merge={m}")
     rows = torch.arange(h).view(h // m, m, 1, 1).expand(h // m, m, w // m, m)
     cols = torch.arange(w).view(1, 1, w // m, m).expand(h // m, m, w // m, m)
     # block-major: (block row, block col, row in block, col in block)
@@ -96,10 +137,12 @@ def normalized_grid(
     Args:
         height, width: patches per side.
         normalize: "separate" divides rows by H and columns by W; "max" / "min" divide both by max/min(H, W).
-        shift: training only: add U(-shift, shift) per axis.
-        jitter: training only: multiply by logU[1/jitter, jitter] per axis (jitter > 1).
-        rescale: training only: multiply both axes by one logU[1/rescale, rescale] (rescale > 1).
-        generator: random source for the augmentations.
+        shift: training only: add U(-shift, shift) per axis (finite, > 0).
+        jitter: training only: multiply by logU[1/jitter, jitter] per axis (finite, > 1).
+        rescale: training only: multiply both axes by one logU[1/rescale, rescale] (finite, > 1).
+        generator: random source for the augmentations (None: the global RNG). A ``torch.Generator`` cannot be
+            traced by ``torch.compile(fullgraph=True)``; :class:`ropekit.DinoV3Rotary` keeps its generator's state
+            in a tensor and compiles with its augmentations.
 
     Returns:
         float64 [2, H * W] (rows, cols), raster order. Leave the augmentations None at evaluation.
@@ -118,18 +161,47 @@ def normalized_grid(
     ch = (torch.arange(h, dtype=torch.float64) + 0.5) / dh
     cw = (torch.arange(w, dtype=torch.float64) + 0.5) / dw
     coords = torch.stack(torch.meshgrid(ch, cw, indexing="ij")).reshape(2, -1) * 2.0 - 1.0
+    _check_augmentations(shift, jitter, rescale)
+    n = _augmentation_draws(shift, jitter, rescale)
+    if n == 0:
+        return coords
+    return _augment(coords, torch.rand(n, dtype=torch.float64, generator=generator), shift, jitter, rescale)
+
+
+def _check_augmentations(shift: object, jitter: object, rescale: object) -> None:
+    """Refuse augmentation strengths that are not None or a finite number above their bound (shift > 0,
+    jitter > 1, rescale > 1), naming the argument: an infinite one would put the coordinates at +-inf."""
     for name, v, lo in (("shift", shift, 0.0), ("jitter", jitter, 1.0), ("rescale", rescale, 1.0)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v > lo):
-            raise ValueError(f"{name} must be None or a number > {lo}, got {v!r}")
-    g = generator
+        if v is not None and (
+            isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v > lo)
+        ):
+            raise ValueError(f"{name} must be None or a finite number > {lo}, got {v!r}")
+
+
+def _augmentation_draws(shift: float | None, jitter: float | None, rescale: float | None) -> int:
+    """How many U[0, 1) numbers one augmentation draw takes: 2 for shift, 2 for jitter, 1 for rescale."""
+    return (
+        (2 if shift is not None else 0) + (2 if jitter is not None else 0) + (1 if rescale is not None else 0)
+    )
+
+
+def _augment(
+    coords: torch.Tensor, u: torch.Tensor, shift: float | None, jitter: float | None, rescale: float | None
+) -> torch.Tensor:
+    """DINOv3's augmentations of coords [2, N] from the U[0, 1) draws ``u`` [_augmentation_draws(...)], consumed in
+    the order shift (rows, cols), jitter (rows, cols), rescale (shared): shift ``+ (2u - 1) * shift``, jitter
+    ``* exp((2u - 1) * log(jitter))``, rescale ``* exp((2u - 1) * log(rescale))``. float64."""
+    i = 0
     if shift is not None:
-        coords = coords + (torch.rand(2, 1, dtype=torch.float64, generator=g) * 2 - 1) * shift
+        coords = coords + (u[i : i + 2].view(2, 1) * 2 - 1) * shift
+        i += 2
     if jitter is not None:
         lj = math.log(jitter)
-        coords = coords * torch.exp((torch.rand(2, 1, dtype=torch.float64, generator=g) * 2 - 1) * lj)
+        coords = coords * torch.exp((u[i : i + 2].view(2, 1) * 2 - 1) * lj)
+        i += 2
     if rescale is not None:
         lr = math.log(rescale)
-        coords = coords * torch.exp((torch.rand(1, 1, dtype=torch.float64, generator=g) * 2 - 1) * lr)
+        coords = coords * torch.exp((u[i : i + 1].view(1, 1) * 2 - 1) * lr)
     return coords
 
 
@@ -174,8 +246,9 @@ def pixtral_patch_ids(height: int, width: int, max_width: int) -> torch.Tensor:
 def pixtral_positions_from_ids(ids: torch.Tensor, max_width: int) -> torch.Tensor:
     """(row, col) [2, N] from Pixtral ids; ids beyond the ``max_width x max_width`` table are refused."""
     mw = _pos_int("max_width", max_width)
-    if not isinstance(ids, torch.Tensor) or ids.dtype.is_floating_point or ids.dim() != 1:
-        raise ValueError(f"ids must be a 1-D integer tensor, got {getattr(ids, 'dtype', type(ids).__name__)}")
+    if not isinstance(ids, torch.Tensor) or not _int_tensor(ids) or ids.dim() != 1:
+        got = f"{ids.dtype} {tuple(ids.shape)}" if isinstance(ids, torch.Tensor) else type(ids).__name__
+        raise ValueError(f"ids must be a 1-D integer tensor (not bool, not floating), got {got}")
     if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= mw * mw):
         raise ValueError(
             f"ids must be in [0, max_width**2 = {mw * mw}), got range [{int(ids.min())}, {int(ids.max())}]"

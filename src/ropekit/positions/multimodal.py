@@ -31,6 +31,7 @@ from collections.abc import Sequence
 
 import torch
 
+from ropekit.positions.grid import _grid_thw_ints
 from ropekit.positions.multimodal_blocks import (
     FAMILIES,
     Family,
@@ -161,8 +162,14 @@ def mrope_position_ids(
         raise ValueError(
             f"attention_mask must have shape ({b}, {length}), got {getattr(attention_mask, 'shape', None)}"
         )
-    images = [tuple(int(v) for v in g) for g in (image_grid_thw if image_grid_thw is not None else [])]
-    videos = [tuple(int(v) for v in g) for g in (video_grid_thw if video_grid_thw is not None else [])]
+    images = [
+        _grid_thw_ints(g, f"image_grid_thw[{i}]")
+        for i, g in enumerate(image_grid_thw if image_grid_thw is not None else [])
+    ]
+    videos = [
+        _grid_thw_ints(g, f"video_grid_thw[{i}]")
+        for i, g in enumerate(video_grid_thw if video_grid_thw is not None else [])
+    ]
     spgs: list[float] = []
     for i, s in enumerate(second_per_grid_ts if second_per_grid_ts is not None else [1.0] * len(videos)):
         v = s.item() if isinstance(s, torch.Tensor) and s.numel() == 1 else s
@@ -172,8 +179,8 @@ def mrope_position_ids(
     if len(spgs) != len(videos):
         raise ValueError(f"second_per_grid_ts has {len(spgs)} entries for {len(videos)} videos")
     queues = {
-        1: [VisionBlock(g) for g in images],  # type: ignore[arg-type]
-        2: [VisionBlock(g, video=True, second_per_grid_t=s) for g, s in zip(videos, spgs)],  # type: ignore[arg-type]
+        1: [VisionBlock(g) for g in images],
+        2: [VisionBlock(g, video=True, second_per_grid_t=s) for g, s in zip(videos, spgs)],
     }
     queues[2] = [f for v in queues[2] for f in _split_frames(v, family)]  # type: ignore[misc]
     pad = 1 if rule == "v4" else 0

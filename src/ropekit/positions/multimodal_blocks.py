@@ -18,6 +18,8 @@ from typing import Literal
 
 import torch
 
+from ropekit.positions.grid import _grid_thw_ints
+
 __all__ = ["FAMILIES", "Family", "Rule", "VisionBlock"]
 
 Family = Literal["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "glm4v"]
@@ -58,7 +60,8 @@ class VisionBlock:
     """One image or video in the token stream.
 
     Args:
-        grid_thw: (T, h, w) in patches, as the processor's ``image_grid_thw`` / ``video_grid_thw`` rows.
+        grid_thw: (T, h, w) in patches, as the processor's ``image_grid_thw`` / ``video_grid_thw`` rows: three
+            positive ints (Python, NumPy or 0-d integer tensors) or a 1-D integer tensor of 3; stored as ints.
         video: True for a video (temporal scaling and per-frame splitting apply), False for an image.
         second_per_grid_t: seconds per temporal patch (Qwen2.5-VL videos: ``temporal_patch_size / fps``).
     """
@@ -68,12 +71,9 @@ class VisionBlock:
     second_per_grid_t: float | None = None
 
     def __post_init__(self) -> None:
-        g = tuple(int(v) if isinstance(v, torch.Tensor) else v for v in self.grid_thw)
-        if len(g) != 3 or not all(_pos_int(v) for v in g):
-            raise ValueError(
-                f"VisionBlock.grid_thw must be three positive ints (T, h, w), got {self.grid_thw!r}"
-            )
-        object.__setattr__(self, "grid_thw", g)
+        # ints, NumPy ints, 0-d integer tensors or a 1-D integer tensor of 3; floats and bools are refused
+        # (int() would truncate 4.5 to 4 and turn True into 1)
+        object.__setattr__(self, "grid_thw", _grid_thw_ints(self.grid_thw, "VisionBlock.grid_thw"))
         s = self.second_per_grid_t
         if s is not None and not _pos_finite(s):
             raise ValueError(f"VisionBlock.second_per_grid_t must be a finite number > 0 or None, got {s!r}")

@@ -55,7 +55,7 @@ def test_dinov3_coordinates_and_augmentations() -> None:
     aug = normalized_grid(4, 4, shift=0.1, jitter=1.5, rescale=2.0, generator=g)
     assert aug.shape == (2, 16) and not torch.equal(aug, normalized_grid(4, 4))
     assert aug.abs().max() <= (0.75 + 0.1) * 1.5 * 2.0 + 1e-12  # bounds of the three augmentations
-    with pytest.raises(ValueError, match="jitter must be None or a number > 1.0"):
+    with pytest.raises(ValueError, match="jitter must be None or a finite number > 1.0"):
         normalized_grid(4, 4, jitter=0.5)
 
 
@@ -129,3 +129,62 @@ def test_prefix_tokens_unrotated_and_any_grid_size(spec_fn) -> None:
         out, _ = apply_rope_axes(x, None, pos, spec)
         assert torch.equal(out[:, :5], x[:, :5])
         assert not torch.allclose(out[:, 6:], x[:, 6:])
+
+
+# ---------------------------------------------------------------------- argument checks (user trial, vision)
+@pytest.mark.parametrize(
+    ("grid_thw", "named"),
+    [
+        ((1, 4.5, 6), "4.5"),  # was truncated to (1, 4, 6)
+        ((1.9, 4, 6), "1.9"),  # was T = 1
+        ((True, 4, 6), "True"),  # was T = 1
+        ((1, 4, 6.0), "6.0"),
+        ((1, torch.tensor(4.0), 6), "tensor(4.)"),
+        ((torch.tensor(True), 4, 6), "tensor(True)"),
+        (torch.tensor([1.0, 4.0, 6.0]), "tensor([1., 4., 6.])"),
+        (torch.tensor([True, True, True]), "tensor([True, True, True])"),
+        (torch.tensor([[1, 4, 6]]), "tensor([[1, 4, 6]])"),  # the whole [n, 3] grid: pass one row
+        ((1, 4), "(1, 4)"),
+    ],
+)
+def test_merge_block_positions_refuses_non_integers_and_bools_naming_the_value(
+    grid_thw: object, named: str
+) -> None:
+    with pytest.raises(ValueError, match=r"grid_thw must be three positive ints \(T, h, w\)") as err:
+        merge_block_positions(grid_thw)  # type: ignore[arg-type]
+    assert named in str(err.value)
+
+
+def test_merge_block_positions_takes_a_row_of_image_grid_thw_as_transformers() -> None:
+    np = pytest.importorskip("numpy")
+    vu = pytest.importorskip("transformers.vision_utils")
+    grids = torch.tensor([[2, 4, 6], [1, 8, 2]])
+    for i in range(2):
+        want = vu.get_vision_position_ids(grids[i : i + 1], 2).T  # transformers' own ids for that image
+        for form in (grids[i], grids[i].int(), tuple(grids[i]), tuple(np.array(grids[i].tolist()))):
+            assert torch.equal(merge_block_positions(form, 2), want)
+
+
+@pytest.mark.parametrize("name", ["shift", "jitter", "rescale"])
+@pytest.mark.parametrize("value", [float("inf"), -float("inf"), float("nan")])
+def test_normalized_grid_refuses_non_finite_augmentations(name: str, value: float) -> None:
+    with pytest.raises(ValueError, match=f"{name} must be None or a finite number"):
+        normalized_grid(3, 4, **{name: value}, generator=torch.Generator().manual_seed(0))  # type: ignore[arg-type]
+
+
+def test_normalized_grid_augmentations_stay_finite_at_large_strengths() -> None:
+    aug = normalized_grid(
+        3, 4, shift=1e6, jitter=1e6, rescale=1e6, generator=torch.Generator().manual_seed(0)
+    )
+    assert torch.isfinite(aug).all()
+
+
+@pytest.mark.parametrize(
+    "ids", [torch.tensor([True, False]), torch.tensor([0.0, 1.0]), torch.tensor([[0, 1]]), [0, 1]]
+)
+def test_pixtral_positions_from_ids_refuses_bool_float_and_other_shapes(ids: object) -> None:
+    with pytest.raises(ValueError, match="ids must be a 1-D integer tensor"):
+        pixtral_positions_from_ids(ids, 4)  # type: ignore[arg-type]
+    assert torch.equal(
+        pixtral_positions_from_ids(torch.tensor([0, 5], dtype=torch.int32), 4), torch.tensor([[0, 1], [0, 1]])
+    )

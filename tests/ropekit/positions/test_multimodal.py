@@ -305,3 +305,23 @@ def test_qwen2_5_vl_video_steps_copy_transformers_truncation() -> None:
             block = VisionBlock((60, 2, 2), video=True, second_per_grid_t=float(spg))
             got = mrope_positions([block], family="qwen2_5_vl", tokens_per_second=tps)
             assert torch.equal(got, want), (fps, tps)
+
+
+def test_grids_refuse_floats_and_bools_that_int_would_truncate() -> None:
+    """A float or bool grid entry used to become int(v) silently (4.5 -> 4, True -> 1)."""
+    for bad in (
+        (1, 4.5, 6),
+        (1, torch.tensor(4.5), 6),
+        (torch.tensor(True), 4, 6),
+        torch.tensor([1.0, 4.0, 6.0]),
+    ):
+        with pytest.raises(ValueError, match=r"VisionBlock.grid_thw must be three positive ints \(T, h, w\)"):
+            VisionBlock(bad)  # type: ignore[arg-type]
+    assert VisionBlock(torch.tensor([1, 4, 6])).grid_thw == (1, 4, 6)  # a row of image_grid_thw
+    assert VisionBlock((torch.tensor(1), torch.tensor(4), torch.tensor(6))).grid_thw == (1, 4, 6)
+    types_ = torch.tensor([[0, 1, 1, 1, 1, 1, 1, 0]])
+    for grids in ([[1, 4.5, 6]], torch.tensor([[1.0, 4.0, 6.0]]), [[True, 4, 6]]):
+        with pytest.raises(ValueError, match=r"image_grid_thw\[0\] must be three positive ints"):
+            mrope_position_ids(types_, image_grid_thw=grids)  # type: ignore[arg-type]
+    ids, _ = mrope_position_ids(types_, image_grid_thw=torch.tensor([[1, 4, 6]]))
+    assert torch.equal(ids, mrope_position_ids(types_, image_grid_thw=[[1, 4, 6]])[0])
