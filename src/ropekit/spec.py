@@ -271,18 +271,26 @@ class RopeSpec:
         Args:
             config: ``PretrainedConfig`` or dict (with ``model_type`` for family-specific legacy keys).
             layer_type: for per-layer-type configs (Gemma 3 "sliding_attention" / "full_attention", ...).
-            strict: raise on what transformers only warns about; False accepts it with a warning.
+            strict: raise on what transformers only warns about; False accepts it with a warning (a bool).
             layout: override the family's channel pairing (default: from ``model_type``, else "half").
 
         Raises:
-            ValueError: naming the key and value (missing/unknown keys, out-of-range values, ...).
+            ValueError: naming the key and value (missing/unknown/null keys, out-of-range values, a non-integer
+                ``head_dim`` or ``max_position_embeddings``, unknown ``layer_types`` entries, ``layer_type=`` for a
+                config with one set of RoPE parameters, ...); ``strict`` not a bool.
         """
         from ropekit.hf.config import spec_from_hf
 
         return spec_from_hf(config, layer_type=layer_type, strict=strict, layout=layout)
 
     def to_hf(self, schema: Literal["v5", "v4"] = "v5") -> dict[str, Any]:
-        """The transformers config fragment; lossless via from_hf (``RopeSpec.from_hf(spec.to_hf()) == spec``).
+        """The transformers config fragment; ``RopeSpec.from_hf(spec.to_hf(), layout=spec.layout) == spec``.
+
+        The fragment has no channel layout (transformers takes it from the model family, ``from_hf`` from
+        ``model_type``), so pass ``layout=`` back: without it an ``"interleaved"`` spec reads back as ``"half"``.
+        ``partial_rotary_factor`` is written as a float that transformers' own ``int(head_dim * factor)`` (for
+        p-RoPE, ``int(factor * head_dim // 2)`` bands) maps back to this spec's rotary_dim (kept bands) exactly;
+        a p-RoPE fraction written that way reads back as kept bands / (head_dim // 2).
 
         Only the RoPE keys: the spec does not record the model's context length (except DynamicNTK's), so the
         fragment has no ``max_position_embeddings`` for the other schemes. Merge it into a config that sets one:

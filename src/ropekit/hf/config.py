@@ -3,16 +3,28 @@
 
 Reads a transformers config object or a config.json dict (``shared/reference/rope-types.md`` sections 3-4):
 
-- v5 ``rope_parameters`` (flat, or nested per layer type: pick one with ``layer_type``), v4 ``rope_scaling`` plus
-  top-level ``rope_theta`` / ``partial_rotary_factor`` / ``head_dim``;
-- legacy names: ``type`` for ``rope_type``; GPT-NeoX ``rotary_pct`` / ``rotary_emb_base``; GPT-J/CodeGen/MiniMax
-  ``rotary_dim``; Phi-3 ``su``/``yarn`` meaning longrope with a top-level ``original_max_position_embeddings``;
-  Gemma 3 ``rope_local_base_freq`` (sliding layers, never scaled); DeepSeek ``qk_rope_head_dim``; HunYuan
-  ``dynamic`` + ``alpha`` (static NTK-alpha).
+- v5 ``rope_parameters`` (flat, or nested per layer type: pick one with ``layer_type``; ``layer_type`` for a
+  config with one set of parameters is refused), v4 ``rope_scaling`` plus top-level ``rope_theta`` /
+  ``partial_rotary_factor`` / ``head_dim``; both ``rope_parameters`` and a non-empty ``rope_scaling``: merged as
+  transformers' config classes merge them (``rope_scaling`` replaces ``rope_parameters``, with a warning; Gemma
+  3-style families update their full-attention entry with it);
+- legacy names, each only for the families whose transformers code reads it: ``type`` for ``rope_type``;
+  GPT-NeoX ``rotary_pct`` / ``rotary_emb_base`` (gpt_neox, gpt_neox_japanese, which ignore the top-level
+  ``rope_theta`` / ``partial_rotary_factor``); ``rotary_dim`` (gptj and codegen: the rotary dim, default 64;
+  minimax_m2: ``rotary_dim / head_dim``; every other family ignores it); Phi-3 ``su``/``yarn`` meaning longrope
+  with a top-level ``original_max_position_embeddings``; Gemma 3 ``rope_local_base_freq`` (sliding layers, never
+  scaled); DeepSeek ``qk_rope_head_dim``; HunYuan ``dynamic`` + ``alpha`` (static NTK-alpha).
+
+The rotary dim is transformers' own ``int(head_dim * partial_rotary_factor)`` (p-RoPE: ``int(factor * head_dim //
+2)`` bands), not a rounded one; an odd or zero result is refused. ``to_hf`` writes a factor that expression maps
+back exactly.
 
 Strict by default: what transformers only warns about (unknown keys, factor < 1, beta_fast < beta_slow, missing
 required keys, wrong list lengths, non-finite values) raises ``ValueError`` naming the key and value;
-``strict=False`` accepts what transformers accepts, with a warning.
+``strict=False`` accepts what transformers accepts, with a warning. What transformers refuses or fails on is
+refused in both modes, naming the key: a non-dict ``rope_parameters`` / ``rope_scaling``, a null value,
+``head_dim`` / ``max_position_embeddings`` / ``qk_rope_head_dim`` that are not ints (4096.0 included: its config
+classes refuse floats), unknown ``layer_types`` entries, a Gemma 3 ``sliding_window_pattern`` below 1.
 
 The keys are read and checked in :mod:`ropekit.hf.config_keys` (the rope dict of one layer type, the keys
 each ``rope_type`` takes, the did-you-mean suggestions); this module turns them into a RopeSpec (the scaling
@@ -27,14 +39,23 @@ from typing import Any, Literal
 from ropekit.hf.config_keys import (
     _COMMON,
     KNOWN_KEYS,
+    ROTARY_DIM_TYPES,
     _as_dict,
     _did_you_mean,
+    _factors,
     _head_dim,
+    _hf_kept_bands,
+    _hf_partial_factor,
+    _hf_proportional_factor,
+    _hf_rotary_dim,
     _int,
+    _max_positions,
     _num,
+    _pos_int,
     _Reader,
     _rope_dict,
     _unknown_note,
+    check_layer_types,
 )
 from ropekit.hf.config_v4 import check_schema, spec_to_hf_v4
 from ropekit.scaling import NTK, DynamicNTK, Linear, Llama3, LongRope, Scaling, Yarn
@@ -62,6 +83,11 @@ INTERLEAVED_MODEL_TYPES = frozenset(
         "llama4_text",
     }
 )
+#: top-level keys only some families read (:mod:`ropekit.hf.config_keys`): a config without model_type is ambiguous
+_FAMILY_KEYS = ("rotary_dim", "rotary_pct", "rotary_emb_base")
+_FAMILY_KEYS_NOTE = (
+    "rotary_dim: gptj, codegen, minimax_m2; rotary_pct, rotary_emb_base: gpt_neox, gpt_neox_japanese"
+)
 _MLA_TYPES = {"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", "glm4_moe_lite", "mistral4"}
 
 
@@ -69,7 +95,7 @@ def _scaling(r: _Reader, t: str, rp: dict[str, Any], cfg: dict[str, Any], model_
     def mk(cls: type[Scaling], **kw: Any) -> Scaling:
         return cls(**kw) if r.strict else unchecked(cls, **kw)
 
-    max_pos = cfg.get("max_position_embeddings")
+    max_pos = _max_positions(cfg)
     if t in ("default", "proportional"):
         if t == "proportional" and rp.get("factor", 1.0) != 1.0:
             return mk(Linear, factor=_num(r, rp, "factor", lo=1.0))
@@ -87,9 +113,21 @@ def _scaling(r: _Reader, t: str, rp: dict[str, Any], cfg: dict[str, Any], model_
     if t == "dynamic":
         if max_pos is None:
             raise ValueError("rope_type 'dynamic' needs the config's max_position_embeddings")
-        return mk(DynamicNTK, factor=_num(r, rp, "factor", lo=1.0), max_position_embeddings=int(max_pos))
+        return mk(DynamicNTK, factor=_num(r, rp, "factor", lo=1.0), max_position_embeddings=max_pos)
     if t == "yarn":
-        factor, L0 = _num(r, rp, "factor", lo=1.0), _int(rp, "original_max_position_embeddings")
+        L0 = _int(rp, "original_max_position_embeddings")
+        if rp["factor"] is None:  # transformers: max_position_embeddings / original_max_position_embeddings
+            if max_pos is None:
+                raise ValueError(
+                    "rope parameter factor is null (rope_type 'yarn') and the config has no "
+                    "max_position_embeddings to derive it from; expected a number"
+                )
+            r.problem(
+                f"rope parameter factor is null (rope_type 'yarn'); transformers then uses max_position_embeddings"
+                f" / original_max_position_embeddings = {max_pos}/{L0}"
+            )
+            rp = {**rp, "factor": max_pos / L0}
+        factor = _num(r, rp, "factor", lo=1.0)
         betas = {}
         for key, default in (("beta_fast", 32.0), ("beta_slow", 1.0)):
             v = rp.get(key)
@@ -125,10 +163,10 @@ def _scaling(r: _Reader, t: str, rp: dict[str, Any], cfg: dict[str, Any], model_
             return mk(Yarn, **kw)
     if t == "longrope":
         kw = {
-            "short_factor": tuple(rp["short_factor"]),
-            "long_factor": tuple(rp["long_factor"]),
+            "short_factor": _factors(rp, "short_factor"),
+            "long_factor": _factors(rp, "long_factor"),
             "original_max_position_embeddings": _int(rp, "original_max_position_embeddings"),
-            "max_position_embeddings": None if max_pos is None else int(max_pos),
+            "max_position_embeddings": max_pos,
         }
         if rp.get("factor") is not None:
             kw["factor"] = _num(r, rp, "factor", lo=1.0)
@@ -161,9 +199,16 @@ def spec_from_hf(
     config: Any, *, layer_type: str | None = None, strict: bool = True, layout: str | None = None
 ) -> RopeSpec:
     """Build a RopeSpec from a transformers config (object or config.json dict). See the module docstring."""
+    if not isinstance(strict, bool):
+        raise ValueError(f"strict={strict!r} must be True or False")  # noqa: TRY004 - as schema=: a ValueError
     r = _Reader(strict)
     cfg = _as_dict(config)
     from ropekit.hf.config_vl import is_vl_config, spec_from_hf_vl
+
+    model_type = str(cfg.get("model_type") or "")
+    check_layer_types(cfg, model_type)
+    # a float, str or bool max_position_embeddings is refused, as transformers' config classes refuse it
+    _max_positions(cfg)
 
     # VL (M-RoPE) configs are parsed in hf/config_vl.py
 
@@ -171,7 +216,13 @@ def spec_from_hf(
         if layer_type is not None:
             raise ValueError(f"layer_type={layer_type!r} given but VL text decoders have a single RoPE")
         return spec_from_hf_vl(cfg, strict=strict, layout=layout, problem=r.problem)
-    model_type = str(cfg.get("model_type") or "")
+    if not model_type:
+        legacy = [f"{k}={cfg[k]!r}" for k in _FAMILY_KEYS if cfg.get(k) is not None]
+        if legacy:
+            r.problem(
+                f"config has {', '.join(legacy)} but no model_type: transformers reads these only for their families "
+                f"({_FAMILY_KEYS_NOTE}) and ignores them elsewhere, as ropekit then does; set model_type"
+            )
     H = _head_dim(cfg)
     rp = _rope_dict(cfg, layer_type, model_type)
     t = rp["rope_type"]
@@ -179,7 +230,15 @@ def spec_from_hf(
         raise ValueError(f"unknown rope_type {t!r}; known: {sorted(KNOWN_KEYS)}")
     required, optional = KNOWN_KEYS[t]
     known = _COMMON | required | optional
-    missing = sorted(k for k in required if rp.get(k) is None)
+    null = sorted(k for k in required | {"rope_theta", "partial_rotary_factor"} if k in rp and rp[k] is None)
+    if t == "yarn" and null == ["factor"]:  # transformers derives it (its DeepSeek-V3 note); read in _scaling
+        null = []
+    if null:  # transformers keeps a null and fails on it (or warns and then fails)
+        raise ValueError(
+            f"rope parameter {null[0]} is null (rope_type {t!r}); expected a value"
+            + (" (or leave the key out)" if null[0] not in required else "")
+        )
+    missing = sorted(k for k in required if k not in rp)
     unknown = sorted(set(rp) - known)
     if missing:
         if t == "proportional" and missing == ["partial_rotary_factor"] and not unknown:
@@ -193,21 +252,41 @@ def spec_from_hf(
         r.problem(
             f"unknown keys {unknown} for rope_type {t!r}; known: {sorted(known)}{_did_you_mean(unknown, known)}"
         )
-    base = _num(r, rp, "rope_theta") if rp.get("rope_theta") is not None else 10_000.0
-    prf = (
-        _num(r, rp, "partial_rotary_factor", lo=0.0, lo_open=True)
-        if rp.get("partial_rotary_factor") is not None
-        else 1.0
-    )
+    base = _num(r, rp, "rope_theta") if "rope_theta" in rp else 10_000.0
+    prf = _num(r, rp, "partial_rotary_factor", lo=0.0, lo_open=True) if "partial_rotary_factor" in rp else 1.0
     if prf > 1.0:
         raise ValueError(f"rope parameter partial_rotary_factor={prf!r} must be in (0, 1]")
     scaling = _scaling(r, t, rp, cfg, model_type)
     if layout is None:
         layout = "interleaved" if model_type in INTERLEAVED_MODEL_TYPES else "half"
     if t == "proportional":  # whole head, exponent over H, the tail frequencies zeroed
-        return RopeSpec(head_dim=H, base=base, layout=layout, p=prf, scaling=scaling)  # type: ignore[arg-type]
-    rotary_dim = int(H * prf + 1e-9)  # HF: int(H * prf); the guard absorbs 96 * (1/3) = 31.999...
+        return RopeSpec(head_dim=H, base=base, layout=layout, p=_proportional_p(H, prf), scaling=scaling)  # type: ignore[arg-type]
+    if model_type in ROTARY_DIM_TYPES:  # GPT-J / CodeGen: rotary_dim itself (their config's default 64)
+        rotary_dim = _pos_int(cfg.get("rotary_dim", 64), "rotary_dim")
+    else:
+        rotary_dim = _hf_rotary_dim(H, prf)
+        if rotary_dim % 2 or rotary_dim < 2:
+            raise ValueError(
+                f"rope parameter partial_rotary_factor={prf!r} rotates int({H} * {prf!r}) = {rotary_dim} channels "
+                f"of head_dim={H} (transformers' expression); ropekit needs an even number >= 2"
+            )
     return RopeSpec(head_dim=H, base=base, rotary_dim=rotary_dim, layout=layout, scaling=scaling)  # type: ignore[arg-type]
+
+
+def _proportional_p(head_dim: int, prf: float) -> float:
+    """The RopeSpec ``p`` that keeps the bands transformers' 'proportional' RoPE keeps, ``int(prf * H // 2)``."""
+    kept, n = _hf_kept_bands(head_dim, prf), head_dim // 2
+    if kept < 1:
+        raise ValueError(
+            f"rope parameter partial_rotary_factor={prf!r} keeps int({prf!r} * {head_dim} // 2) = 0 bands of "
+            f"head_dim={head_dim} (transformers' 'proportional' expression); expected at least one"
+        )
+    # ropekit's p keeps floor(p * n) bands (with a 1e-9 guard); kept / n keeps exactly `kept`. It is also what
+    # to_hf() writes (nudged up to a float transformers maps to `kept`): reading that back gives kept / n again
+    canonical = kept / n
+    if prf == _hf_proportional_factor(head_dim, kept, canonical):
+        return canonical
+    return prf if RopeSpec(head_dim=head_dim, p=prf).n_positional_bands == kept else canonical
 
 
 def spec_to_hf(spec: RopeSpec, schema: Literal["v5", "v4"] = "v5") -> dict[str, Any]:
@@ -245,13 +324,18 @@ def spec_to_hf(spec: RopeSpec, schema: Literal["v5", "v4"] = "v5") -> dict[str, 
             raise ValueError(
                 "p-RoPE maps to HF 'proportional' only over the whole head and with at most a Linear factor"
             )
-        rp.update(rope_type="proportional", partial_rotary_factor=spec.p)
+        kept = spec.n_positional_bands  # a factor transformers' int(factor * H // 2) maps to the same bands
+        rp.update(
+            rope_type="proportional",
+            partial_rotary_factor=_hf_proportional_factor(spec.head_dim, kept, spec.p),
+        )
         if sc is not None:
             rp["factor"] = sc.factor
     else:
         rp.update(sc.to_hf() if sc is not None else {"rope_type": "default"})
         if spec.rotary_dim != spec.head_dim:
-            rp["partial_rotary_factor"] = spec.rotary_dim / spec.head_dim  # type: ignore[operator]
+            # one transformers' int(head_dim * factor) maps back to rotary_dim (rotary_dim / head_dim may floor below)
+            rp["partial_rotary_factor"] = _hf_partial_factor(spec.head_dim, spec.rotary_dim)  # type: ignore[arg-type]
     if isinstance(sc, DynamicNTK):
         out["max_position_embeddings"] = sc.max_position_embeddings
     if isinstance(sc, LongRope) and sc.max_position_embeddings is not None:

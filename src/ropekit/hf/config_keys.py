@@ -8,13 +8,16 @@
 - the rope dict of one layer type, v5 over v4 over legacy spellings (``shared/reference/rope-types.md``
   sections 3-4), and :data:`KNOWN_KEYS`, the keys each ``rope_type`` requires and allows;
 - the value checks (finite numbers, bounds, positive integers), strict or warning (:class:`_Reader`), and the
-  did-you-mean suggestions for misspelt keys.
+  did-you-mean suggestions for misspelt keys;
+- transformers' partial-rotary expression ``int(head_dim * partial_rotary_factor)`` in both directions
+  (:func:`_hf_rotary_dim`, :func:`_hf_partial_factor`).
 """
 
 from __future__ import annotations
 
 import difflib
 import math
+import numbers
 import warnings
 from typing import Any
 
@@ -42,6 +45,12 @@ KNOWN_KEYS: dict[str, tuple[set[str], set[str]]] = {
     ),
     "proportional": ({"rope_theta", "partial_rotary_factor"}, {"factor"}),
 }
+#: every key a rope dict may hold (a dict with one of them is flat, not per layer type)
+_ROPE_KEYS = frozenset(
+    {"type", "alpha", "mrope_section", "mrope_interleaved"}.union(
+        _COMMON, *(a | b for a, b in KNOWN_KEYS.values())
+    )
+)
 
 
 class _Reader:
@@ -74,7 +83,36 @@ def _as_dict(config: Any) -> dict[str, Any]:
 
 
 def _is_nested(rp: dict[str, Any]) -> bool:
-    return bool(rp) and all(isinstance(v, dict) or v is None for v in rp.values())
+    """Per-layer-type rope parameters: every value a dict or null, and no key a rope parameter's name (so that
+    ``{"rope_type": None}`` is a flat dict whose rope_type is null, not a layer type called "rope_type")."""
+    if not rp or any(k in _ROPE_KEYS for k in rp):
+        return False
+    return all(isinstance(v, dict) or v is None for v in rp.values())
+
+
+def _pos_int(v: Any, name: str) -> int:
+    """``v`` as a positive integer, or ValueError naming ``name`` and the value.
+
+    Ints only (numpy integers too, bool refused): transformers 5.23's config classes are strict dataclasses whose
+    ``head_dim`` / ``max_position_embeddings`` / ``qk_rope_head_dim`` fields refuse a float, even 4096.0, and a str.
+    """
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
+        kind = "null" if v is None else type(v).__name__
+        raise ValueError(
+            f"config {name}={v!r} must be a positive integer, got a {kind}"
+            + (
+                " (transformers' config classes refuse a float here too; write it as an int)"
+                if isinstance(v, float)
+                else ""
+            )
+        )
+    return int(v)
+
+
+def _max_positions(cfg: dict[str, Any]) -> int | None:
+    """The config's ``max_position_embeddings`` (None when absent or null), checked as :func:`_pos_int` does."""
+    v = cfg.get("max_position_embeddings")
+    return None if v is None else _pos_int(v, "max_position_embeddings")
 
 
 #: GPT-2-style names of the config keys the head dim is read from (GPT-J and CodeGen configs, their config.json
@@ -86,17 +124,14 @@ def _config_int(cfg: dict[str, Any], key: str) -> tuple[str, int] | None:
     """(the name the config uses, its value) for ``key`` or its GPT-2-style name; None when neither is set."""
     for name in (key, _LEGACY_NAMES.get(key)):
         if name is not None and cfg.get(name) is not None:
-            v = cfg[name]
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"config {name}={v!r} must be a positive integer")
-            return name, v
+            return name, _pos_int(cfg[name], name)
     return None
 
 
 def _head_dim(cfg: dict[str, Any]) -> int:
     for key in ("qk_rope_head_dim", "head_dim"):
         if cfg.get(key) is not None:
-            return int(cfg[key])
+            return _pos_int(cfg[key], key)
     hidden, heads = _config_int(cfg, "hidden_size"), _config_int(cfg, "num_attention_heads")
     if hidden is None or heads is None:
         raise ValueError(
@@ -120,10 +155,103 @@ def _unknown_note(unknown: list[str], known: set[str]) -> str:
     return f"; unknown keys {unknown}{_did_you_mean(unknown, known)}" if unknown else ""
 
 
+#: families whose transformers config reads GPT-NeoX's names (``rotary_emb_base``, ``rotary_pct``, with this default
+#: fraction) and ignores the top-level ``rope_theta`` / ``partial_rotary_factor``
+_NEOX_TYPES = {"gpt_neox": 0.25, "gpt_neox_japanese": 1.0}
+#: families whose transformers attention rotates the first ``rotary_dim`` channels (its config class's default: 64)
+ROTARY_DIM_TYPES = frozenset({"gptj", "codegen"})
+#: families whose transformers config turns a top-level ``rotary_dim`` into ``rotary_dim / head_dim``
+_ROTARY_DIM_AS_FACTOR = frozenset({"minimax_m2"})
+#: families whose transformers config merges ``rope_scaling`` into these entries of per-layer-type
+#: ``rope_parameters`` (Gemma 3-style); every other family's replaces ``rope_parameters`` with a non-empty
+#: ``rope_scaling`` (``PreTrainedConfig.convert_rope_params_to_dict``: ``rope_scaling or rope_parameters``)
+_SCALING_UPDATES = {
+    **dict.fromkeys(
+        ("gemma3_text", "gemma3n_text", "olmo3", "t5gemma2_text", "t5gemma2_decoder"), ("full_attention",)
+    ),
+    **dict.fromkeys(("modernbert", "modernbert-decoder"), ("full_attention", "sliding_attention")),
+}
+#: transformers 5.23's ALLOWED_ATTN_LAYER_TYPES and the legacy names it remaps to them (configuration_utils.py)
+ALLOWED_LAYER_TYPES = (
+    *("full_attention", "sliding_attention", "chunked_attention", "window_attention", "indexed_attention"),
+    *("compressed_sparse_attention", "heavily_compressed_attention", "minimax_m3_sparse", "conv", "moe"),
+    *("hybrid", "hybrid_sliding", "reference_sliding_attention", "linear_attention"),
+    # legacy names, remapped before the check
+    *("mamba", "attention", "deepseek_sparse_attention", "qwen_sparse_attention"),
+)
+_EXTRA_LAYER_TYPES = {"nemotron_h": ("mlp",)}  # families whose own validate_layer_type allows more
+
+
+def check_layer_types(cfg: dict[str, Any], model_type: str) -> None:
+    """Refuse what transformers' ``validate_layer_type`` refuses when it builds the config: ``layer_types`` not a
+    list, an entry it does not know, a length other than ``num_hidden_layers``; and a Gemma 3 ``sliding_window_pattern``
+    that is not a positive integer (0 divides by zero in transformers). A config object passed transformers' own
+    check already (some families allow other names)."""
+    if cfg.get(_FROM_OBJECT):
+        return
+    types = cfg.get("layer_types")
+    if types is not None:
+        if not isinstance(types, (list, tuple)):
+            raise ValueError(
+                f"config layer_types={types!r} must be a list of layer types, got a {type(types).__name__}"
+            )
+        allowed = ALLOWED_LAYER_TYPES + _EXTRA_LAYER_TYPES.get(model_type, ())
+        bad = [t for t in types if t not in allowed]
+        if bad:
+            raise ValueError(
+                f"config layer_types has an unknown entry {bad[0]!r} (transformers refuses the config); "
+                f"allowed: {list(allowed)}{_did_you_mean([str(b) for b in bad], set(allowed))}"
+            )
+        n = cfg.get("num_hidden_layers")
+        if isinstance(n, int) and not isinstance(n, bool) and n != len(types):
+            raise ValueError(
+                f"config layer_types has {len(types)} entries but num_hidden_layers={n} (transformers refuses the "
+                "config); give one layer type per layer"
+            )
+    pattern = cfg.get("sliding_window_pattern")
+    if model_type.startswith("gemma3") and types is None and pattern is not None:
+        ok = isinstance(pattern, (int, float)) and not isinstance(pattern, bool) and math.isfinite(pattern)
+        if not ok or int(pattern) != pattern or pattern < 1:
+            raise ValueError(
+                f"config sliding_window_pattern={pattern!r} must be a positive integer (every pattern-th layer is "
+                "full attention; transformers divides by it)"
+            )
+
+
+def _rope_parameters(cfg: dict[str, Any], model_type: str) -> dict[str, Any] | None:
+    """The config's ``rope_parameters`` after transformers merges a ``rope_scaling`` into it; None when neither."""
+    rp, rs = cfg.get("rope_parameters"), cfg.get("rope_scaling")
+    for key, v in (("rope_parameters", rp), ("rope_scaling", rs)):
+        if v is not None and not isinstance(v, dict):
+            raise ValueError(
+                f"config {key}={v!r} must be a dict (a JSON object) of RoPE parameters or null, "
+                f"got a {type(v).__name__}"
+            )
+    # a config object's rope_parameters is already merged (transformers did it when it built the object)
+    if not rs or rp == rs or (rp and cfg.get(_FROM_OBJECT)):
+        return rp or None
+    if not rp:
+        return None  # the v4 form: rope_scaling alone (read below)
+    updated = _SCALING_UPDATES.get(model_type)
+    if updated is None:
+        warnings.warn(
+            f"config has both rope_parameters={rp!r} and rope_scaling={rs!r}: transformers uses rope_scaling and "
+            "drops rope_parameters (its rope_theta too); so does ropekit. Remove one of them",
+            stacklevel=5,
+        )
+        return dict(rs)
+    if not _is_nested(rp) or any(not isinstance(rp.get(t), dict) for t in updated):
+        raise ValueError(
+            f"config has rope_scaling={rs!r} and rope_parameters={rp!r}; model_type={model_type!r} merges "
+            f"rope_scaling into the rope_parameters entries {list(updated)}, which must be dicts"
+        )
+    return {**rp, **{t: {**rp[t], **rs} for t in updated}}
+
+
 def _rope_dict(cfg: dict[str, Any], layer_type: str | None, model_type: str) -> dict[str, Any]:
     """The rope parameters for one layer type, merged with top-level legacy keys (v5 wins over v4 over legacy)."""
-    rp_all = cfg.get("rope_parameters")
-    if isinstance(rp_all, dict) and _is_nested(rp_all):
+    rp_all = _rope_parameters(cfg, model_type)
+    if rp_all is not None and _is_nested(rp_all):
         if layer_type is None:
             raise ValueError(f"config has per-layer-type RoPE parameters {sorted(rp_all)}; pass layer_type=")
         if layer_type not in rp_all:
@@ -135,8 +263,12 @@ def _rope_dict(cfg: dict[str, Any], layer_type: str | None, model_type: str) -> 
                 f"layer_type={layer_type!r} has no RoPE (rope_parameters entry is null: a NoPE layer)"
             )
         rp = dict(rp_all[layer_type])
-    elif isinstance(rp_all, dict):
+    elif rp_all is not None:
         rp = dict(rp_all)
+        if layer_type is not None:
+            raise ValueError(
+                f"layer_type={layer_type!r} given but the config has a single set of RoPE parameters"
+            )
     else:
         rp = dict(cfg.get("rope_scaling") or {})
         if model_type.startswith("gemma3"):  # v4 Gemma 3: two layer types from flat keys
@@ -157,18 +289,26 @@ def _rope_dict(cfg: dict[str, Any], layer_type: str | None, model_type: str) -> 
         if rp.setdefault("rope_type", legacy) != legacy:
             raise ValueError(f"rope parameters give type={legacy!r} and rope_type={rp['rope_type']!r}")
     rp.setdefault("rope_type", "default")
-    for key in ("rope_theta", "partial_rotary_factor"):
-        if key not in rp and cfg.get(key) is not None:
-            rp[key] = cfg[key]
-    if "rope_theta" not in rp and cfg.get("rotary_emb_base") is not None:  # GPT-NeoX
-        rp["rope_theta"] = cfg["rotary_emb_base"]
+    if rp["rope_type"] is None:
+        raise ValueError(
+            f"rope parameter rope_type is null; expected one of {sorted(KNOWN_KEYS)} (or no rope_type: 'default')"
+        )
+    if not isinstance(rp["rope_type"], str):
+        raise ValueError(  # noqa: TRY004 - config values are ValueErrors (the CLI reports them)
+            f"rope parameter rope_type={rp['rope_type']!r} must be a string; known: {sorted(KNOWN_KEYS)}"
+        )
+    neox = _NEOX_TYPES.get(model_type)
+    # top-level keys, as transformers' convert_rope_params_to_dict sets them (a null rope_theta stays null there)
+    for key, legacy_key in (("rope_theta", "rotary_emb_base"), ("partial_rotary_factor", "rotary_pct")):
+        top = legacy_key if neox is not None else key  # GPT-NeoX: only its own names count
+        # a null is kept where transformers keeps it (it then fails; ropekit refuses it by name)
+        if key not in rp and top in cfg and (cfg[top] is not None or key == "rope_theta" or neox is not None):
+            rp[key] = cfg[top]
     if "partial_rotary_factor" not in rp:
-        if cfg.get("rotary_pct") is not None:  # GPT-NeoX
-            rp["partial_rotary_factor"] = cfg["rotary_pct"]
-        elif cfg.get("rotary_dim") is not None:  # GPT-J, CodeGen, MiniMax-M2
-            rp["partial_rotary_factor"] = cfg["rotary_dim"] / _head_dim(cfg)
-        elif model_type == "gpt_neox":
-            rp["partial_rotary_factor"] = 0.25
+        if neox is not None and neox != 1.0:
+            rp["partial_rotary_factor"] = neox
+        elif model_type in _ROTARY_DIM_AS_FACTOR and cfg.get("rotary_dim") is not None:  # MiniMax-M2
+            rp["partial_rotary_factor"] = _pos_int(cfg["rotary_dim"], "rotary_dim") / _head_dim(cfg)
     # Phi-3 config.json: "su" and "yarn" both mean longrope (transformers converts them when it builds the config
     # object; a yarn set on the object afterwards is yarn to its rotary module, as in its own rope-scaling test)
     legacy = ("su",) if cfg.get(_FROM_OBJECT) else ("su", "yarn")
@@ -186,10 +326,45 @@ def _rope_dict(cfg: dict[str, Any], layer_type: str | None, model_type: str) -> 
     return rp
 
 
+def _hf_rotary_dim(head_dim: int, factor: float) -> int:
+    """The rotary dim transformers computes: ``int(head_dim * partial_rotary_factor)``, exactly (a float product,
+    floored: 88 * (60 / 88) = 59.99999999999999 gives 59, as in transformers)."""
+    return int(head_dim * factor)
+
+
+def _hf_partial_factor(head_dim: int, rotary_dim: int) -> float:
+    """A partial_rotary_factor that transformers' ``int(head_dim * factor)`` maps back to ``rotary_dim`` exactly.
+
+    ``rotary_dim / head_dim`` when that float is exact enough (it is for most pairs), else the next float up:
+    88 * (60 / 88) = 59.99999999999999 in floating point, which transformers floors to 59."""
+    f = rotary_dim / head_dim
+    while _hf_rotary_dim(head_dim, f) < rotary_dim:
+        f = math.nextafter(f, math.inf)
+    return f
+
+
+def _hf_kept_bands(head_dim: int, factor: float) -> int:
+    """The bands transformers' 'proportional' RoPE keeps: ``int(partial_rotary_factor * head_dim // 2)``, exactly."""
+    return int(factor * head_dim // 2)
+
+
+def _hf_proportional_factor(head_dim: int, kept: int, p: float) -> float:
+    """A partial_rotary_factor that transformers' 'proportional' expression maps to ``kept`` bands: ``p`` itself when
+    it does, else ``kept / (head_dim / 2)`` nudged up to the next float that does."""
+    if _hf_kept_bands(head_dim, p) == kept:
+        return p
+    f = kept / (head_dim // 2)
+    while _hf_kept_bands(head_dim, f) < kept:
+        f = math.nextafter(f, math.inf)
+    return f
+
+
 def _num(
     r: _Reader, rp: dict[str, Any], key: str, *, lo: float | None = None, lo_open: bool = False
 ) -> float:
     v = rp[key]
+    if v is None:
+        raise ValueError(f"rope parameter {key} is null; expected a finite number")
     ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
     if ok and lo is not None and (v <= lo if lo_open else v < lo):
         r.problem(f"rope parameter {key}={v!r} must be {'>' if lo_open else '>='} {lo:g}")
@@ -200,6 +375,18 @@ def _num(
 
 def _int(rp: dict[str, Any], key: str) -> int:
     v = rp[key]
+    if v is None:
+        raise ValueError(f"rope parameter {key} is null; expected a positive integer")
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or int(v) != v or v < 1:
         raise ValueError(f"rope parameter {key} must be a positive integer, got {v!r}")
     return int(v)
+
+
+def _factors(rp: dict[str, Any], key: str) -> tuple[float, ...]:
+    """LongRoPE's ``short_factor`` / ``long_factor``: a list of finite numbers (its length is checked later)."""
+    v = rp[key]
+    if not isinstance(v, (list, tuple)) or not all(
+        isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in v
+    ):
+        raise ValueError(f"rope parameter {key} must be a list of finite numbers, got {v!r}")
+    return tuple(float(x) for x in v)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ropekit.hf.config_keys import _hf_partial_factor
 from ropekit.scaling import DynamicNTK, LongRope
 from ropekit.spec import RopeSpec
 
@@ -30,7 +31,8 @@ def spec_to_hf_v4(spec: RopeSpec) -> dict[str, Any]:
         )
     out: dict[str, Any] = {"head_dim": spec.head_dim, "rope_theta": spec.base, "rope_scaling": None}
     if spec.rotary_dim != spec.head_dim:
-        out["partial_rotary_factor"] = spec.rotary_dim / spec.head_dim  # type: ignore[operator]
+        # one transformers' int(head_dim * factor) maps back to rotary_dim (rotary_dim / head_dim may floor below)
+        out["partial_rotary_factor"] = _hf_partial_factor(spec.head_dim, spec.rotary_dim)  # type: ignore[arg-type]
     if sc is None:
         return out
     rs = sc.to_hf()
