@@ -80,10 +80,10 @@ def rerotate_keys(
     Args:
         k: cached keys, already rotated at ``positions`` with ``spec.frequencies(from_len)``.
         positions: their positions ([s] or [b, s]; [t] for "thd").
-        spec: a dynamic spec (for a static one this returns k unchanged).
+        spec: a dynamic spec (for a static one the keys are unchanged: k itself in place, a copy otherwise).
         from_len, to_len: the lengths the keys were rotated for, and are needed for.
         format: tensor format of k.
-        inplace: rotate k's storage (default), else return a new tensor.
+        inplace: rotate k's storage (default), else return a new tensor (always one, also when nothing moves).
 
     Returns:
         The re-rotated keys (k itself when ``inplace``).
@@ -122,7 +122,7 @@ def rerotate_keys(
     if inplace:
         _check_inplace_target("k", k)
     if not keys_stale(spec, from_len, to_len):
-        return k
+        return k if inplace else k.clone()  # nothing to rotate; out of place is still a tensor of its own
     old, new = spec.frequencies(from_len), spec.frequencies(to_len)
     tdt = torch.float64 if k.dtype == torch.float64 else torch.float32
     work = torch.device("cpu") if k.device.type == "mps" else k.device

@@ -337,3 +337,17 @@ def test_bad_spec_format_and_inplace_are_refused_naming_them() -> None:
     _refused(_keys(), TypeError, r"^spec must be a ropekit\.RopeSpec, got dict$", pos, {}, **kw)
     _refused(_keys(), ValueError, r"^format must be one of .* got 'bsdh'$", pos, LR, format="bsdh", **kw)
     _refused(_keys(), TypeError, r"^inplace must be a bool, got 1$", pos, LR, inplace=1, **kw)
+
+
+def test_out_of_place_always_returns_a_tensor_of_its_own() -> None:
+    """inplace=False promises a new tensor: also when nothing moves (a static spec, or a dynamic one whose keys are
+    not stale), so that writing to the result never changes the cache (it returned k itself there before)."""
+    k = torch.randn(1, 4, 2, 16)
+    pos = torch.arange(4)
+    static = RopeSpec(head_dim=16)
+    dynamic = RopeSpec(head_dim=16, scaling=DynamicNTK(factor=2.0, max_position_embeddings=16))
+    for spec, lens in ((static, (4, 8)), (dynamic, (4, 8)), (dynamic, (20, 30))):
+        out = rerotate_keys(k, pos, spec, from_len=lens[0], to_len=lens[1], inplace=False)
+        assert out.data_ptr() != k.data_ptr()
+        if not spec.keys_stale(*lens):
+            assert torch.equal(out, k)

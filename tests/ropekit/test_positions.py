@@ -109,3 +109,15 @@ def test_pad_position_must_be_an_int(bad: object, err: type[Exception]) -> None:
     with pytest.raises(err, match=rf"pad_position must be an int, got {re.escape(repr(bad))}"):
         positions_from_mask(torch.tensor([[0, 1, 1]]), pad_position=bad)  # type: ignore[arg-type]
     assert positions_from_mask(torch.tensor([[0, 1, 1]]), pad_position=-7).tolist() == [[-7, 0, 1]]
+
+
+def test_positions_past_int64_are_refused_not_wrapped() -> None:
+    """The last position is offset + seq_len - 1: at the top of int64 it must not wrap to -2^63 (tensor offsets did)
+    nor fail with torch's unnamed overflow error (int offsets did); up to 2^63 - 1 it is exact."""
+    top = 2**63 - 1
+    assert positions_with_offset(2, top - 1).tolist() == [top - 1, top]
+    assert positions_with_offset(2, torch.tensor([0, top - 1])).tolist() == [[0, 1], [top - 1, top]]
+    with pytest.raises(ValueError, match="offset and offset \\+ seq_len - 1 must fit int64"):
+        positions_with_offset(2, top)
+    with pytest.raises(ValueError, match="offset \\+ seq_len - 1 must fit int64 .* got offset 9223372036854775806 with seq_len 3"):
+        positions_with_offset(3, torch.tensor([top - 1]))

@@ -20,6 +20,9 @@ from ropekit.phases import INT_DTYPES as _INT
 __all__ = ["positions_from_cu_seqlens", "positions_from_mask", "positions_with_offset"]
 
 
+_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
+
+
 def positions_with_offset(
     seq_len: int, offset: int | torch.Tensor = 0, *, device: torch.device | str | None = None
 ) -> torch.Tensor:
@@ -32,6 +35,10 @@ def positions_with_offset(
 
     Returns:
         int64 [s] for an int offset, [b, s] for a tensor offset.
+
+    Raises:
+        ValueError: a negative ``seq_len``, a bad offset tensor, or positions past int64 (they would wrap).
+        TypeError: an offset that is neither an int nor a tensor.
     """
     if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 0:
         raise ValueError(f"seq_len must be a non-negative int, got {seq_len!r}")
@@ -41,10 +48,21 @@ def positions_with_offset(
                 f"offset tensor must be a 1-D integer tensor of per-row offsets, got {offset.dtype} of shape {tuple(offset.shape)}"
             )
         dev = device if device is not None else offset.device
+        if seq_len and offset.numel() and offset.device.type != "meta" and not torch.compiler.is_compiling():
+            hi = int(offset.max())  # one host sync: a wrapped int64 would be a silently wrong position
+            if hi > _I64_MAX - (seq_len - 1):
+                raise ValueError(
+                    f"offset + seq_len - 1 must fit int64 (<= {_I64_MAX}), got offset {hi} with seq_len {seq_len}"
+                )
         return offset.to(dev, torch.int64).unsqueeze(1) + torch.arange(seq_len, dtype=torch.int64, device=dev)
     if isinstance(offset, bool) or not isinstance(offset, int):
         raise TypeError(f"offset must be an int or a 1-D integer tensor, got {offset!r}")
-    return torch.arange(offset, offset + seq_len, dtype=torch.int64, device=device)
+    if not _I64_MIN <= offset <= _I64_MAX - max(seq_len - 1, 0):
+        raise ValueError(
+            f"offset and offset + seq_len - 1 must fit int64 ([{_I64_MIN}, {_I64_MAX}]), got offset {offset} with "
+            f"seq_len {seq_len}"
+        )
+    return torch.arange(seq_len, dtype=torch.int64, device=device) + offset  # arange's end could pass int64
 
 
 def positions_from_mask(attention_mask: torch.Tensor, *, pad_position: int = 0) -> torch.Tensor:
