@@ -137,10 +137,10 @@ def base_lower_bound(
     """The smallest base b satisfying Men et al.'s condition B(m) >= 0 for 0 <= m <= ``context``; None if no
     base up to ``max_base`` does.
 
-    The condition is not monotone in the base: the passing bases form windows, some narrow (d 128, L 1024: 4293.4
-    passes, 4330..5602 fail; d 64, L 512: 3438.9..3451.1 passes, up to 5397.8 fails; d 128, L 16384: the first
-    window, at 231 644, is 0.034% wide). So a base above the result can still fail: check a concrete base with
-    :func:`base_bound_margin`. What is guaranteed (see :mod:`ropekit.analysis.base_scan` for the method):
+    The condition is not monotone in the base: the passing bases form windows, some narrow (d 128, L 1024: the
+    result is 4293.44; 4330.08 passes, 4330.52 fails, 5602.2 passes; d 64, L 512: 3438.91 and 3450.96 pass,
+    3451.31 fails; d 128, L 16384: the first window, at 231 644, is 0.034% wide). So a base above the result can
+    still fail: check a concrete base with :func:`base_bound_margin`. What is guaranteed (see :mod:`ropekit.analysis.base_scan` for the method):
 
     - the result passes (:func:`base_bound_margin` finds no violation at it), and
     - every base below it fails -- or meets the condition by less than delta = 2e-9 + 2e-15 (d/2)(L+1), the
@@ -159,7 +159,8 @@ def base_lower_bound(
         max_base: give up above this base.
 
     Returns:
-        The base (1.0 for context 1, where every base passes), or None.
+        The base, or None. For context 1 (m = 0 and 1 only: every base > 1 passes) the result is 1.0, the
+        infimum, which :func:`base_bound_margin` itself refuses (it needs a base > 1).
 
     Raises:
         ValueError: a non-positive or odd ``rotary_dim``, a non-positive ``context``, a negative or non-finite

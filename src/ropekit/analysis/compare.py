@@ -86,9 +86,12 @@ def build_scheme(name: str, factor: float, original_len: int) -> Scaling:
     """A scheme with HF's default parameters (YaRN betas 32/1; Llama 3 low 1, high 4).
 
     Raises:
-        ValueError: ``name`` is not in :data:`SCHEMES` (``longrope`` needs a model's own factors); the scheme's
-            own checks on ``factor`` and ``original_len``.
+        ValueError: ``name`` is not in :data:`SCHEMES` (``longrope`` needs a model's own factors); ``original_len``
+            not a positive int (for every scheme); the scheme's own checks on ``factor``.
     """
+    if isinstance(original_len, bool) or not isinstance(original_len, int) or original_len < 1:
+        # checked for every scheme: linear and ntk have no use for it, but a bad one is a caller's mistake
+        raise ValueError(f"original_len must be a positive int, got {original_len!r}")
     if name == "linear":
         return Linear(factor)
     if name == "ntk":

@@ -101,8 +101,11 @@ def layer_views(config: dict[str, Any], *, context: int, layer_type: str | None 
         layer_type: keep only this layer type.
 
     Raises:
-        ValueError: unknown ``layer_type``, a sliding layer type without its window, or a RoPE the parser refuses.
+        ValueError: ``context`` not a positive int, unknown ``layer_type``, a sliding layer type without its
+            window, or a RoPE the parser refuses.
     """
+    if isinstance(context, bool) or not isinstance(context, int) or context < 1:
+        raise ValueError(f"context must be a positive int, got {context!r}")
     types = config_layer_types(config)
     if types is None:
         if layer_type is not None:

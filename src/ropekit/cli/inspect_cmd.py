@@ -64,6 +64,7 @@ def report(
     bands = band_table(spec, span)
     explicit = spec.freqs is not None
     plain = not explicit and spec.p == 1.0 and spec.scaling is None
+    unjudged = explicit or spec.p != 1.0
     d_extra = critical_dim(r, spec.base, span)
     bound = base_lower_bound(r, span)
     margin, first_fail = base_bound_margin(r, spec.base, span)
@@ -84,9 +85,11 @@ def report(
             "extrapolation_bound": None if explicit else _num(extrapolation_bound(r, spec.base, span)),
             "critical_dim_applies": plain,
             "base_lower_bound": bound,
-            "base_meets_bound": None if explicit else first_fail is None,
-            "base_bound_first_violation": None if explicit else first_fail,
-            "base_bound_min_margin": None if explicit else margin,
+            # p-RoPE: Men et al.'s B(m) sums every band's cos(m theta); the bands p-RoPE keeps at frequency 0 add
+            # a constant the plain-RoPE bound does not have, so it is not judged (null), as for explicit tables
+            "base_meets_bound": None if unjudged else first_fail is None,
+            "base_bound_first_violation": None if unjudged else first_fail,
+            "base_bound_min_margin": None if unjudged else margin,
             "phase_error_window": err.window,
             "phase_error_common_fp32": err.common_fp32,
             "phase_error_ropekit": err.ropekit,
@@ -161,6 +164,8 @@ def _write_view(rep: dict[str, Any], out: TextIO) -> None:
     lb = sm["base_lower_bound"]
     if s["base"] is None:
         verdict = "not judged: explicit frequencies, no single base"
+    elif sm["base_meets_bound"] is None:
+        verdict = f"not judged: p-RoPE (p = {s['p']:g}) keeps bands at zero frequency, outside the bound's RoPE"
     elif sm["base_meets_bound"]:
         verdict = f"base {s['base']:g} meets it"
     else:

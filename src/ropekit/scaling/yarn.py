@@ -60,6 +60,7 @@ def yarn_correction_range(
     Raises:
         ValueError: a beta not a finite number > 0 or ``beta_fast`` < ``beta_slow``, ``rotary_dim`` not a positive
             even int, ``base`` not a finite number > 1, ``original_max`` not a positive int.
+        TypeError: ``truncate`` not a bool.
     """
     owner = "yarn_correction_range"
     bf = check_number(owner, "beta_fast", beta_fast, lo=0.0, lo_open=True)
@@ -70,6 +71,8 @@ def yarn_correction_range(
         raise ValueError(f"{owner}.rotary_dim must be a positive even int, got {rotary_dim!r}")
     base = check_number(owner, "base", base, lo=1.0, lo_open=True)
     check_positive_int(owner, "original_max", original_max)
+    if not isinstance(truncate, bool):
+        raise TypeError(f"{owner}.truncate must be True or False, got {truncate!r}")
     return _correction_range(bf, bs, rotary_dim, base, original_max, truncate)
 
 

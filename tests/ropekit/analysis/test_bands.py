@@ -170,6 +170,19 @@ def test_base_condition_is_not_monotone() -> None:
     assert base_bound_margin(128, 6100.0, 1024)[1] is None
 
 
+@pytest.mark.parametrize(
+    ("d", "ctx", "base", "passes"),
+    [(128, 1024, 4293.44, True), (128, 1024, 4293.4, False), (128, 1024, 4330.08, True),
+     (128, 1024, 4330.52, False), (128, 1024, 5602.2, True), (64, 512, 3438.91, True), (64, 512, 3438.9, False),
+     (64, 512, 3450.96, True), (64, 512, 3451.31, False)],
+)  # fmt: skip
+def test_the_window_edges_base_lower_bound_documents(d: int, ctx: int, base: float, passes: bool) -> None:
+    """The docstring's examples, each as stated (the user trial found them rounded the wrong way: "4293.4 passes"
+    fails at m = 1009)."""
+    assert (base_bound_margin(d, base, ctx)[1] is None) is passes
+    assert base_lower_bound(d, ctx) == pytest.approx(4293.44 if d == 128 else 3438.91, abs=0.005)
+
+
 def test_context_validation() -> None:
     with pytest.raises(ValueError, match="context"):
         band_table(RopeSpec(8), 0)

@@ -69,3 +69,10 @@ def test_qwen2_sliding_window_only_when_enabled() -> None:
     assert config_layer_types({**base, "use_sliding_window": False}) is None
     types = config_layer_types({**base, "use_sliding_window": True, "max_window_layers": 2})
     assert types == _hf_layer_types("qwen2", {**base, "use_sliding_window": True, "max_window_layers": 2})
+
+
+@pytest.mark.parametrize("context", [-5, 0, 1.5, "4096", True])
+def test_layer_views_refuses_a_context_that_is_not_a_positive_int(context: object) -> None:
+    """The user trial: -5, 1.5 and '4096' came back inside LayerViews unchecked."""
+    with pytest.raises(ValueError, match=r"context must be a positive int, got "):
+        layer_views({"head_dim": 64, "rope_theta": 1e4}, context=context)  # type: ignore[arg-type]

@@ -112,7 +112,10 @@ def _check_spec_base_and_axes(view: dict[str, Any], spec: RopeSpec, text: str) -
     """Explicit frequency tables have no base (the field holds an unused default): none is printed or judged.
     Multi-axis specs list their band-to-axis map; the letters name each band's axis (first letter, upper case)."""
     s, sm = view["spec"], view["summary"]
-    if spec.freqs is None:
+    if spec.freqs is None and spec.p != 1.0:  # p-RoPE: zero-frequency bands, outside Men et al.'s bound
+        assert s["base"] == spec.base and sm["base_meets_bound"] is None
+        assert "not judged: p-RoPE" in text
+    elif spec.freqs is None:
         assert s["base"] == spec.base and f"base={spec.base:g}" in text
         assert isinstance(sm["base_meets_bound"], bool)
     else:

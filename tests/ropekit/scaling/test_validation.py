@@ -158,3 +158,20 @@ def test_ntk_config_names_are_not_transformers() -> None:
     torch.testing.assert_close(hy.inv_freq, alpha.inv_freq(), rtol=5e-7, atol=0)
     torch.testing.assert_close(llama.inv_freq, spec.inv_freq(), rtol=5e-7, atol=0)
     assert RopeSpec.from_hf(spec.to_hf()) == spec and RopeSpec.from_hf(alpha.to_hf()) == alpha
+
+
+@pytest.mark.parametrize("truncate", ["no", None, 1])
+def test_yarn_correction_range_truncate_must_be_a_bool(truncate: object) -> None:
+    """The user trial: 'no' was taken as True and None as False."""
+    from ropekit.scaling.yarn import yarn_correction_range
+
+    with pytest.raises(TypeError, match=r"truncate must be True or False, got"):
+        yarn_correction_range(32.0, 1.0, 128, 1e4, 4096, truncate)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", ["linear", "ntk", "yarn"])
+def test_build_scheme_checks_original_len_for_every_scheme(name: str) -> None:
+    from ropekit.analysis.compare import build_scheme
+
+    with pytest.raises(ValueError, match=r"original_len must be a positive int, got 'abc'"):
+        build_scheme(name, 2.0, "abc")  # type: ignore[arg-type]
