@@ -19,6 +19,7 @@ are read by the 1-D parser (:func:`ropekit.hf.config.spec_from_hf`) after removi
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Any, Literal
 
 from ropekit.axes import AxisMap
@@ -61,10 +62,26 @@ def _family(model_type: str) -> str | None:
     return mt if mt in VL_FAMILIES else None
 
 
+def _rope_key(cfg: dict[str, Any], *, warn: bool = False) -> str:
+    """Which of ``rope_parameters`` / ``rope_scaling`` holds the config's RoPE, as transformers 5.23 reads it: a
+    non-empty ``rope_scaling`` wins (``rope_scaling or rope_parameters``), except in a config object, whose
+    ``rope_parameters`` transformers already merged."""
+    from ropekit.hf.config_keys import _FROM_OBJECT
+
+    rp, rs = cfg.get("rope_parameters"), cfg.get("rope_scaling")
+    if isinstance(rs, dict) and rs and not cfg.get(_FROM_OBJECT):
+        if warn and isinstance(rp, dict) and rp and rp != rs:
+            warnings.warn(
+                f"config has both rope_parameters={rp!r} and rope_scaling={rs!r}: transformers uses rope_scaling "
+                "and drops rope_parameters (its rope_theta too); so does ropekit. Remove one of them",
+                stacklevel=4,
+            )
+        return "rope_scaling"
+    return "rope_parameters" if isinstance(rp, dict) else "rope_scaling"
+
+
 def _rope_of(cfg: dict[str, Any]) -> dict[str, Any]:
-    rp = cfg.get("rope_parameters")
-    if not isinstance(rp, dict):
-        rp = cfg.get("rope_scaling")
+    rp = cfg.get(_rope_key(cfg))
     return rp if isinstance(rp, dict) else {}
 
 
@@ -111,7 +128,7 @@ def spec_from_hf_vl(
     text, model_type = _text_part(cfg)
     fam_key = _family(model_type)
     family, fam_layout, default_sec = VL_FAMILIES[fam_key] if fam_key else ("generic", "half", None)
-    key = "rope_parameters" if isinstance(text.get("rope_parameters"), dict) else "rope_scaling"
+    key = _rope_key(text, warn=True)
     rp = dict(_rope_of(text))
     sec_raw = rp.pop("mrope_section", None)
     interleaved = rp.pop("mrope_interleaved", None)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -243,3 +245,23 @@ def test_missing_rope_theta_takes_transformers_default_of_that_schema(family: st
     want_v4 = {"qwen3_vl": 5e6, "qwen3_vl_moe": 5e6, "glm4v": 1e4, "ernie4_5_vl_moe": 5e5}.get(family, 1e6)
     assert RopeSpec.from_hf(v5).base == want_v5
     assert RopeSpec.from_hf(v4).base == want_v4
+
+
+def test_rope_scaling_wins_over_rope_parameters_as_in_transformers(tmp_path: Path) -> None:
+    """Both keys in a Qwen2-VL text config: transformers 5.23 reads rope_scaling (its theta and sections) and drops
+    rope_parameters; ropekit read rope_parameters (the user trial). Oracle: AutoConfig.from_pretrained."""
+    import json
+    import warnings
+
+    text = {"model_type": "qwen2_vl_text", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "mrope_section": [2, 3, 3]},
+            "rope_scaling": {"rope_type": "default", "rope_theta": 5e5, "mrope_section": [4, 2, 2]}}  # fmt: skip
+    cfg = {"model_type": "qwen2_vl", "text_config": text}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hf = T.AutoConfig.from_pretrained(str(tmp_path)).text_config.rope_parameters
+    with pytest.warns(UserWarning, match="transformers uses rope_scaling"):
+        spec = RopeSpec.from_hf(cfg)
+    assert spec.base == hf["rope_theta"] == 5e5
+    assert spec.axes is not None and list(spec.axes.sections) == hf["mrope_section"] == [4, 2, 2]
