@@ -30,7 +30,7 @@ from ropekit.rotation.apply import (
     _check_qk,
     apply_rope_tables,
 )
-from ropekit.spec import RopeSpec
+from ropekit.spec import RopeSpec, require_spec
 
 __all__ = ["keys_stale", "rerotate_keys"]
 
@@ -45,9 +45,7 @@ def _check_len(name: str, value: object) -> int:
 
 
 def _check_spec(spec: object) -> RopeSpec:
-    if not isinstance(spec, RopeSpec):
-        raise TypeError(f"spec must be a ropekit.RopeSpec, got {type(spec).__name__}")
-    return spec
+    return require_spec(spec)
 
 
 def keys_stale(spec: RopeSpec, cached_len: int, new_len: int) -> bool:

@@ -345,3 +345,11 @@ def _frequencies_cpu(spec: RopeSpec, seq_len: int | None) -> torch.Tensor:
     if sc is not None:
         theta = sc.scale(theta, base=spec.base, rotary_dim=r, seq_len=seq_len).to(torch.float64)
     return theta
+
+
+def require_spec(spec: object, name: str = "spec") -> RopeSpec:
+    """``spec`` if it is a :class:`RopeSpec`, else TypeError naming ``name`` and what was given (the functions that
+    take a spec call this first, so a wrong argument is not an AttributeError from inside them)."""
+    if not isinstance(spec, RopeSpec):
+        raise TypeError(f"{name} must be a ropekit.RopeSpec, got {type(spec).__name__}")
+    return spec

@@ -23,7 +23,7 @@ import torch
 
 from ropekit.analysis.base_scan import TINY, BoundScan, bound_rows, theta_of
 from ropekit.analysis.threads import single_thread
-from ropekit.spec import RopeSpec
+from ropekit.spec import RopeSpec, require_spec
 
 __all__ = [
     "Band",
@@ -56,6 +56,7 @@ class Band:
 
 def band_table(spec: RopeSpec, context: int) -> list[Band]:
     """The bands of ``spec`` (after p-RoPE and the phase map at ``context``) at context length ``context``."""
+    require_spec(spec)
     _check_context(context)
     theta = spec.frequencies(context).tolist()
     out = []

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ropekit.scaling import NTK, DynamicNTK, Linear, Llama3, LongRope, Scaling, Yarn
-from ropekit.spec import RopeSpec
+from ropekit.spec import RopeSpec, require_spec
 
 __all__ = [
     "MODEL_ONLY",
@@ -145,6 +145,7 @@ def scheme_columns(
         ValueError: ``context`` or ``target`` not a positive int, ``target`` below L0, ``schemes`` not a tuple of
             known, distinct names, or a model-only scheme the spec does not have (each named with its value).
     """
+    require_spec(spec)
 
     def arg(name: str) -> str:
         return (names or {}).get(name, name)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from ropekit.spec import RopeSpec
+from ropekit.spec import RopeSpec, require_spec
 
 __all__ = ["gaussian_dot_moments", "gaussian_dot_samples", "ones_dot", "rotated_dot", "su_bound"]
 
@@ -33,6 +33,7 @@ def su_bound(spec: RopeSpec, distances: torch.Tensor) -> torch.Tensor:
 
     Equals (n + 1) / 2 at m = 0.
     """
+    require_spec(spec)
     m = _distances(distances)
     theta = spec.frequencies()
     phase = m.unsqueeze(-1) * theta  # [M, n]

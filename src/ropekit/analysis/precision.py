@@ -28,7 +28,7 @@ import torch
 from ropekit.analysis.recipe import common_fp32_inv_freq, common_fp32_tables
 from ropekit.phases import _rope_tables
 from ropekit.rotation.reference import reference_frequencies
-from ropekit.spec import RopeSpec
+from ropekit.spec import RopeSpec, require_spec
 
 __all__ = [
     "DEFAULT_POSITIONS",
@@ -57,6 +57,7 @@ def oracle_tables(
     positions: torch.Tensor, spec: RopeSpec, *, seq_len: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """float64 cos/sin [*P, n] of the unreduced float64 angle, times the attention factor."""
+    require_spec(spec)
     if spec.dynamic and seq_len is None and positions.numel():
         seq_len = int(positions.max().item()) + 1
     theta = torch.tensor(oracle_frequencies(spec, seq_len), dtype=torch.float64)
@@ -93,6 +94,7 @@ def phase_error(spec: RopeSpec, position: int, *, window: int = 2048) -> PhaseEr
     Returns:
         The :class:`PhaseError` of ropekit's tables and of the common float32 recipe.
     """
+    require_spec(spec)
     if isinstance(position, bool) or not isinstance(position, int) or position < 0:
         raise ValueError(f"position must be an int >= 0, got {position!r}")
     if isinstance(window, bool) or not isinstance(window, int) or window < 1:

@@ -30,7 +30,7 @@ import math
 import torch
 
 from ropekit.scaling import Linear, Llama3, LongRope, Yarn
-from ropekit.spec import RopeSpec, check_seq_len
+from ropekit.spec import RopeSpec, check_seq_len, require_spec
 
 __all__ = ["common_fp32_inv_freq", "common_fp32_tables"]
 
@@ -113,6 +113,7 @@ def common_fp32_tables(
     Returns:
         (cos, sin), each [*P, n] float32.
     """
+    require_spec(spec)
     if spec.dynamic and seq_len is None and positions.numel():
         seq_len = int(positions.max().item()) + 1
     inv = common_fp32_inv_freq(spec, seq_len)

@@ -18,7 +18,7 @@ import torch
 
 from ropekit.analysis.compare import check_length
 from ropekit.analysis.schemes import original_length
-from ropekit.spec import RopeSpec
+from ropekit.spec import RopeSpec, require_spec
 
 __all__ = ["Rotations", "rotations", "turns"]
 
@@ -57,6 +57,7 @@ class Rotations:
 
 def rotations(spec: RopeSpec, context: int) -> Rotations:
     """The :class:`Rotations` of ``spec`` at ``context`` (dynamic schemes evaluated at ``context``)."""
+    require_spec(spec)
     if isinstance(context, bool) or not isinstance(context, int) or context < 1:
         raise ValueError(f"context must be a positive int, got {context!r}")
     L0 = original_length(spec, context)

@@ -20,7 +20,7 @@ import torch
 
 from ropekit.analysis.bands import critical_dim
 from ropekit.analysis.schemes import original_length
-from ropekit.spec import RopeSpec
+from ropekit.spec import RopeSpec, require_spec
 
 __all__ = ["Spectrum", "spectrum", "wavelengths"]
 
@@ -66,6 +66,7 @@ def spectrum(spec: RopeSpec, context: int) -> Spectrum:
     The critical dimension uses Liu et al.'s closed form when the spec has a base formula and no p-RoPE, and
     otherwise counts the bands whose unscaled wavelength is at most L0 (the same definition, any table).
     """
+    require_spec(spec)
     if isinstance(context, bool) or not isinstance(context, int) or context < 1:
         raise ValueError(f"context must be a positive int, got {context!r}")
     L0 = original_length(spec, context)

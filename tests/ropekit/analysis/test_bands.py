@@ -250,3 +250,23 @@ def test_critical_dim_clips_to_the_rotary_dim() -> None:
     ]:
         raw = 2 * math.ceil((d / 2) * math.log(ctx / (2 * math.pi)) / math.log(base))
         assert critical_dim(d, base, ctx) == min(d, max(0, raw))
+
+
+def test_functions_taking_a_spec_name_it_when_given_something_else() -> None:
+    """The user trial: a list or a dict as spec raised AttributeError from inside each of these."""
+    import torch
+
+    from ropekit.analysis import compare_schemes, phase_error, rotations, spectrum, su_bound
+    from ropekit.analysis.precision import oracle_tables
+    from ropekit.analysis.recipe import common_fp32_tables
+
+    calls = [
+        lambda s: band_table(s, 100), lambda s: compare_schemes(s, context=100, target=400),
+        lambda s: phase_error(s, 100), lambda s: su_bound(s, torch.arange(4)), lambda s: rotations(s, 100),
+        lambda s: spectrum(s, 100), lambda s: oracle_tables(torch.arange(4), s),
+        lambda s: common_fp32_tables(torch.arange(4), s),
+    ]  # fmt: skip
+    for call in calls:
+        for bad in ([64], {"head_dim": 64}):
+            with pytest.raises(TypeError, match=r"spec must be a ropekit.RopeSpec, got (list|dict)"):
+                call(bad)
