@@ -27,7 +27,7 @@ from ropekit.analysis.bands import (
 from ropekit.analysis.compare import compare_schemes, default_target
 from ropekit.analysis.layers import LayerView
 from ropekit.analysis.precision import phase_error
-from ropekit.cli.source import spec_dict
+from ropekit.cli.source import scaling_dict, spec_dict
 from ropekit.scaling import Scaling
 from ropekit.spec import RopeSpec
 
@@ -40,7 +40,7 @@ def _num(x: float | None) -> float | None:
 
 def scaling_text(sc: Scaling | None) -> str:
     """One line: the scheme and its parameters ("linear (factor=8)", "none")."""
-    return "none" if sc is None else scaling_text_from_hf(sc.to_hf())
+    return "none" if sc is None else scaling_text_from_hf(scaling_dict(sc))
 
 
 def report(

@@ -21,6 +21,7 @@ from typing import Any
 from ropekit.analysis.compare import SCHEMES, build_scheme
 from ropekit.analysis.layers import LayerView, layer_views
 from ropekit.presets import PRESETS, get_preset
+from ropekit.scaling import DynamicNTK, Scaling
 from ropekit.spec import LAYOUTS, RopeSpec
 
 __all__ = [
@@ -170,7 +171,16 @@ def spec_dict(spec: RopeSpec) -> dict[str, Any]:
         "p": spec.p,
         "positional_bands": spec.n_positional_bands,
         "freqs": None if spec.freqs is None else list(spec.freqs),
-        "scaling": None if spec.scaling is None else spec.scaling.to_hf(),
+        "scaling": None if spec.scaling is None else scaling_dict(spec.scaling),
         "attention_factor": spec.attention_factor,
         "axes": None if spec.axes is None else spec.axes.as_dict(),
     }
+
+
+def scaling_dict(sc: Scaling) -> dict[str, Any]:
+    """The scheme's ``to_hf()`` fragment, plus the length dynamic NTK starts from (in a config that is the top-level
+    ``max_position_embeddings``, which the fragment leaves out; without it two different schemes print alike)."""
+    out = sc.to_hf()
+    if isinstance(sc, DynamicNTK):
+        out["max_position_embeddings"] = sc.max_position_embeddings
+    return out

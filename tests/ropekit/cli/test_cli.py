@@ -250,3 +250,17 @@ def test_precision_flags_positions_the_float64_reference_cannot_resolve() -> Non
     assert rc == 0 and not lines[2].endswith("*") and lines[3].endswith("*")
     # 1e12 * theta_0 (= 1) * 2^-53 = 1.1e-4
     assert "accurate to about 1.1e-04" in out
+
+
+def test_dynamic_ntk_shows_the_length_it_starts_from() -> None:
+    """Dynamic NTK's starting length is a top-level config key, not part of its rope_scaling fragment: inspect
+    printed "dynamic (factor=4)" for two different schemes (the user trial). Now the header and the JSON say it."""
+    texts, lengths = [], []
+    for extra in ([], ["--original-length", "2048"]):
+        rc, out, _ = _run(["inspect", "--scaling", "dynamic", "--factor", "4", "--context", "32768", *extra])
+        assert rc == 0
+        texts.append(next(line for line in out.splitlines() if line.startswith("scaling:")))
+        rc, out, _ = _run(["inspect", "--scaling", "dynamic", "--factor", "4", "--context", "32768", "--json", *extra])
+        lengths.append(json.loads(out)["views"][0]["spec"]["scaling"]["max_position_embeddings"])
+    assert lengths[1] == 2048 and lengths[0] != 2048
+    assert texts[0] != texts[1] and "max_position_embeddings=2048" in texts[1]
