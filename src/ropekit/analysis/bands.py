@@ -135,8 +135,9 @@ COARSE_RESOLUTION = 1e-3
 def base_lower_bound(
     rotary_dim: int, context: int, *, resolution: float | None = None, max_base: float = 1e15
 ) -> float | None:
-    """The smallest base b satisfying Men et al.'s condition B(m) >= 0 for 0 <= m <= ``context``; None if no
-    base up to ``max_base`` does.
+    """The smallest base b satisfying Men et al.'s condition B(m) >= 0 for 0 <= m <= ``context``; None if the
+    search finds none up to ``max_base`` (exact with resolution 0; with a coarse ``resolution`` a pass window
+    narrower than it, the last one cut short at ``max_base`` included, may be stepped over).
 
     The condition is not monotone in the base: the passing bases form windows, some narrow (d 128, L 1024: the
     result is 4293.44; 4330.08 passes, 4330.52 fails, 5602.2 passes; d 64, L 512: 3438.91 and 3450.96 pass,
