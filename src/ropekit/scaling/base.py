@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import numpy as np
 import torch
 
 __all__ = ["Linear", "Scaling", "check_number", "check_positive_int", "unchecked"]
@@ -33,8 +35,9 @@ T = TypeVar("T")
 def check_number(
     owner: str, name: str, value: object, *, lo: float | None = None, lo_open: bool = False
 ) -> float:
-    """Return ``value`` as a float if it is a finite real number (and above ``lo``), else raise ValueError."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """Return ``value`` as a float if it is a finite real number (numpy scalars too; not a bool) and above ``lo``,
+    else raise ValueError."""
+    ok = isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)) and math.isfinite(value)
     x = float(value) if ok else math.nan  # type: ignore[arg-type]  # ok implies a real number
     if ok and lo is not None:
         ok = x > lo if lo_open else x >= lo
@@ -45,10 +48,11 @@ def check_number(
 
 
 def check_positive_int(owner: str, name: str, value: object) -> int:
-    """Return ``value`` if it is a positive int (not a bool), else raise ValueError naming ``owner.name``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    """Return ``value`` as an int if it is a positive integer (numpy integers too; not a bool), else raise ValueError
+    naming ``owner.name``."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or value < 1:
         raise ValueError(f"{owner}.{name} must be a positive int, got {value!r}")
-    return value
+    return int(value)
 
 
 def unchecked(cls: type[T], **fields: Any) -> T:

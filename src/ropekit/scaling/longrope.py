@@ -65,7 +65,8 @@ class LongRope(Scaling):
         if isinstance(L0, bool) or not isinstance(L0, int) or L0 < 2:
             raise ValueError(f"LongRope.original_max_position_embeddings must be an int >= 2, got {L0!r}")
         if self.max_position_embeddings is not None:
-            check_positive_int("LongRope", "max_position_embeddings", self.max_position_embeddings)
+            mpe = check_positive_int("LongRope", "max_position_embeddings", self.max_position_embeddings)
+            object.__setattr__(self, "max_position_embeddings", mpe)
         if self.factor is not None:
             object.__setattr__(self, "factor", check_number("LongRope", "factor", self.factor, lo=1.0))
         elif self.max_position_embeddings is None:

@@ -175,3 +175,21 @@ def test_build_scheme_checks_original_len_for_every_scheme(name: str) -> None:
 
     with pytest.raises(ValueError, match=r"original_len must be a positive int, got 'abc'"):
         build_scheme(name, 2.0, "abc")  # type: ignore[arg-type]
+
+
+def test_numpy_scalars_are_numbers() -> None:
+    """np.float64 was accepted (a float subclass) but np.float32 refused as "not a finite number" (the user trial);
+    numpy numbers are accepted and stored as Python numbers (JSON-serialisable), numpy bools refused."""
+    import json
+
+    import numpy as np
+
+    from ropekit.scaling import Linear, Yarn
+
+    for x in (np.float32(2.0), np.float64(2.0), np.int64(2)):
+        lin = Linear(x)  # type: ignore[arg-type]
+        assert lin.factor == 2.0 and type(lin.factor) is float
+    assert Yarn(np.float32(4.0), 4096).factor == 4.0  # type: ignore[arg-type]
+    json.dumps(Linear(np.float32(2.0)).to_hf())  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="must be a finite number >= 1, got"):
+        Linear(np.bool_(True))  # type: ignore[arg-type]
