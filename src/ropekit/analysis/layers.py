@@ -55,11 +55,14 @@ class LayerView:
 
 
 def rope_per_layer_type(config: dict[str, Any]) -> bool:
-    """True when the config gives each layer type its own RoPE (v5 nested ``rope_parameters``, v4 Gemma 3)."""
+    """True when the config gives each layer type its own RoPE (v5 nested ``rope_parameters``, or the v4 form of a
+    family in :data:`ropekit.hf.config_keys.PER_LAYER_TYPE_FAMILIES`: Gemma 3, OLMo 3, ModernBERT, ...)."""
+    from ropekit.hf.config_keys import per_layer_family  # the families' data (no transformers import)
+
     rp = config.get("rope_parameters")
     if isinstance(rp, dict) and rp and all(isinstance(v, dict) or v is None for v in rp.values()):
         return True
-    return str(config.get("model_type") or "").startswith("gemma3") and not isinstance(rp, dict)
+    return per_layer_family(str(config.get("model_type") or "")) is not None and not isinstance(rp, dict)
 
 
 def config_layer_types(config: dict[str, Any]) -> list[str] | None:
@@ -77,6 +80,13 @@ def config_layer_types(config: dict[str, Any]) -> list[str] | None:
         pattern = int(config.get("sliding_window_pattern") or 6)
     elif mt == "gemma2":
         pattern = 2
+    elif mt == "olmo3":
+        pattern = 4  # transformers' Olmo3Config default
+    elif mt in ("modernbert", "modernbert-decoder"):  # layer i is global when i % n == 0
+        every = config.get("global_attn_every_n_layers") or 3
+        if not isinstance(n, int) or n < 1:
+            return ["full_attention", "sliding_attention"]
+        return ["sliding_attention" if i % int(every) else "full_attention" for i in range(n)]
     if pattern is not None:  # transformers: layer i slides unless (i + 1) % pattern == 0
         if not isinstance(n, int) or n < 1:
             return ["sliding_attention", "full_attention"]

@@ -171,6 +171,48 @@ _SCALING_UPDATES = {
     ),
     **dict.fromkeys(("modernbert", "modernbert-decoder"), ("full_attention", "sliding_attention")),
 }
+#: families whose transformers config builds a RoPE per layer type from flat (v4) keys
+#: (``convert_rope_params_to_dict``): the layer types ``rope_scaling`` applies to, and each layer type's theta key
+#: and default (the config class's ``default_theta``)
+PER_LAYER_TYPE_FAMILIES: dict[str, tuple[tuple[str, ...], dict[str, tuple[str, float]]]] = {
+    **dict.fromkeys(
+        ("gemma3_text", "gemma3n_text", "t5gemma2_text", "t5gemma2_decoder"),
+        (
+            ("full_attention",),
+            {"sliding_attention": ("rope_local_base_freq", 1e4), "full_attention": ("rope_theta", 1e6)},
+        ),
+    ),
+    **dict.fromkeys(
+        ("modernbert", "modernbert-decoder"),
+        (
+            ("full_attention", "sliding_attention"),
+            {
+                "sliding_attention": ("local_rope_theta", 1e4),
+                "full_attention": ("global_rope_theta", 160_000.0),
+            },
+        ),
+    ),
+    "olmo3": (
+        ("full_attention",),
+        {"sliding_attention": ("rope_theta", 500_000.0), "full_attention": ("rope_theta", 500_000.0)},
+    ),
+    "dots3_note_text": (
+        ("full_attention",),
+        {"sliding_attention": ("rope_theta", 8e7), "full_attention": ("rope_theta", 8e7)},
+    ),
+}
+
+
+def per_layer_family(model_type: str) -> str | None:
+    """The :data:`PER_LAYER_TYPE_FAMILIES` entry of ``model_type`` (Gemma 3's multimodal configs read as its text
+    part), or None."""
+    if model_type in PER_LAYER_TYPE_FAMILIES:
+        return model_type
+    if model_type.startswith("gemma3n"):
+        return "gemma3n_text"
+    return "gemma3_text" if model_type.startswith("gemma3") else None
+
+
 #: transformers 5.23's ALLOWED_ATTN_LAYER_TYPES and the legacy names it remaps to them (configuration_utils.py)
 ALLOWED_LAYER_TYPES = (
     *("full_attention", "sliding_attention", "chunked_attention", "window_attention", "indexed_attention"),
@@ -271,15 +313,18 @@ def _rope_dict(cfg: dict[str, Any], layer_type: str | None, model_type: str) -> 
             )
     else:
         rp = dict(cfg.get("rope_scaling") or {})
-        if model_type.startswith("gemma3"):  # v4 Gemma 3: two layer types from flat keys
-            if layer_type not in ("sliding_attention", "full_attention"):
+        family = per_layer_family(model_type)
+        if family is not None:  # v4 form of a family with a RoPE per layer type, from flat keys
+            scaled, thetas = PER_LAYER_TYPE_FAMILIES[family]
+            if layer_type not in thetas:
                 raise ValueError(
-                    f"Gemma 3 configs have sliding_attention and full_attention layers; pass layer_type=, got {layer_type!r}"
+                    f"{family} configs have {' and '.join(thetas)} layers with their own RoPE; pass layer_type=, "
+                    f"got {layer_type!r}"
                 )
-            if layer_type == "sliding_attention":  # sliding layers are never scaled (vLLM PR #29111)
-                rp = {"rope_type": "default", "rope_theta": cfg.get("rope_local_base_freq", 10_000.0)}
-            else:
-                rp.setdefault("rope_theta", cfg.get("rope_theta", 1_000_000.0))
+            if layer_type not in scaled:  # e.g. Gemma 3's sliding layers are never scaled (vLLM PR #29111)
+                rp = {"rope_type": "default"}
+            key, default = thetas[layer_type]
+            rp.setdefault("rope_theta", cfg.get(key, default))
         elif layer_type is not None:
             raise ValueError(
                 f"layer_type={layer_type!r} given but the config has a single set of RoPE parameters"

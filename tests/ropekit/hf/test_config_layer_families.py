@@ -1,0 +1,44 @@
+"""The v4 (flat-key) configs of families whose transformers config builds a RoPE per layer type (Gemma 3, OLMo 3,
+ModernBERT, ...): ropekit reads each layer type's RoPE as transformers 5.23 does. Oracle: AutoConfig.from_pretrained
+of the same config.json (its per-layer-type ``rope_parameters``). The user trial found OLMo 3's sliding layers
+scaled by its YaRN ``rope_scaling`` and ModernBERT's local / global thetas read as one."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+
+from ropekit import RopeSpec
+from ropekit.analysis import layer_views
+from ropekit.hf.config_keys import PER_LAYER_TYPE_FAMILIES
+
+transformers = pytest.importorskip("transformers")
+
+YARN = {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 8192}
+THETAS = {"rope_theta": 5e5, "rope_local_base_freq": 2e4, "local_rope_theta": 3e4, "global_rope_theta": 7e5}
+
+
+@pytest.mark.parametrize("model_type", sorted(PER_LAYER_TYPE_FAMILIES))
+@pytest.mark.parametrize("thetas", [THETAS, {}], ids=["thetas", "defaults"])
+def test_each_layer_type_reads_as_transformers(model_type: str, thetas: dict[str, float], tmp_path: Path) -> None:
+    types = ["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"]
+    cfg = {"model_type": model_type, "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 4,
+           "head_dim": 16, "layer_types": types, "sliding_window": 8, "max_position_embeddings": 65536,
+           "rope_scaling": YARN, **thetas}  # fmt: skip
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            hf = transformers.AutoConfig.from_pretrained(str(tmp_path))
+        except Exception as e:  # noqa: BLE001 - a config class that needs more keys than this test gives
+            pytest.skip(f"transformers does not build this config: {type(e).__name__}")
+    rp = hf.rope_parameters
+    views = {v.layer_type: v.spec for v in layer_views(cfg, context=65536)}
+    for t in ("sliding_attention", "full_attention"):
+        spec = RopeSpec.from_hf(cfg, layer_type=t)
+        assert spec.base == rp[t]["rope_theta"], (t, spec.base, rp[t])
+        assert (spec.scaling is not None) == (rp[t]["rope_type"] == "yarn"), (t, spec.scaling, rp[t])
+        assert views[t] == spec
