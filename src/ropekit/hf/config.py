@@ -263,6 +263,14 @@ def spec_from_hf(
         return RopeSpec(head_dim=H, base=base, layout=layout, p=_proportional_p(H, prf), scaling=scaling)  # type: ignore[arg-type]
     if model_type in ROTARY_DIM_TYPES:  # GPT-J / CodeGen: rotary_dim itself (their config's default 64)
         rotary_dim = _pos_int(cfg.get("rotary_dim", 64), "rotary_dim")
+        if base != 10_000.0 or scaling is not None:
+            # their attention builds its table with base 10000 and nothing else (create_sinusoidal_positions)
+            warnings.warn(
+                f"{model_type}: transformers' attention rotates with base 10000 and no scaling whatever the config "
+                f"says (rope_theta={base:g}, rope_type={t!r} are ignored there); ropekit reads it the same way",
+                stacklevel=3,
+            )
+            base, scaling = 10_000.0, None
     else:
         rotary_dim = _hf_rotary_dim(H, prf)
         if rotary_dim % 2 or rotary_dim < 2:

@@ -42,3 +42,26 @@ def test_each_layer_type_reads_as_transformers(model_type: str, thetas: dict[str
         assert spec.base == rp[t]["rope_theta"], (t, spec.base, rp[t])
         assert (spec.scaling is not None) == (rp[t]["rope_type"] == "yarn"), (t, spec.scaling, rp[t])
         assert views[t] == spec
+
+
+@pytest.mark.parametrize("model_type", ["gptj", "codegen"])
+def test_gptj_codegen_rotate_with_base_10000_whatever_the_config_says(model_type: str, tmp_path: Path) -> None:
+    """transformers' GPT-J / CodeGen attention builds its table with base 10000 (create_sinusoidal_positions) and
+    ignores rope_theta and rope_scaling: ropekit reads such a config the same way, with a warning. Oracle: the
+    model's own embed_positions table (sin | cos of position * inv_freq)."""
+    import torch
+
+    cfg = {"model_type": model_type, "n_embd": 64, "n_head": 4, "n_layer": 1, "rotary_dim": 8, "vocab_size": 32,
+           "n_positions": 64, "rope_theta": 5e5, "rope_scaling": {"rope_type": "linear", "factor": 4.0}}  # fmt: skip
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hf_cfg = transformers.AutoConfig.from_pretrained(str(tmp_path))
+        model = transformers.AutoModelForCausalLM.from_config(hf_cfg)
+    attn = next(m for m in model.modules() if hasattr(m, "embed_positions"))
+    table = attn.embed_positions[:, :4]  # sin of position * inv_freq, rotary_dim / 2 columns
+    with pytest.warns(UserWarning, match="rotates with base 10000 and no scaling"):
+        spec = RopeSpec.from_hf(cfg)
+    assert spec.base == 1e4 and spec.scaling is None and spec.rotary_dim == 8
+    want = torch.sin(torch.arange(64, dtype=torch.float64)[:, None] * spec.inv_freq().double())
+    assert (table.double() - want).abs().max() < 1e-5
