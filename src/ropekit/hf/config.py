@@ -58,6 +58,7 @@ from ropekit.hf.config_keys import (
     check_layer_types,
 )
 from ropekit.hf.config_v4 import check_schema, spec_to_hf_v4
+from ropekit.hf.default_theta import DEFAULT_THETA
 from ropekit.scaling import NTK, DynamicNTK, Linear, Llama3, LongRope, Scaling, Yarn
 from ropekit.scaling.base import unchecked
 from ropekit.spec import RopeSpec
@@ -252,7 +253,7 @@ def spec_from_hf(
         r.problem(
             f"unknown keys {unknown} for rope_type {t!r}; known: {sorted(known)}{_did_you_mean(unknown, known)}"
         )
-    base = _num(r, rp, "rope_theta") if "rope_theta" in rp else 10_000.0
+    base = _num(r, rp, "rope_theta") if "rope_theta" in rp else DEFAULT_THETA.get(model_type, 10_000.0)
     prf = _num(r, rp, "partial_rotary_factor", lo=0.0, lo_open=True) if "partial_rotary_factor" in rp else 1.0
     if prf > 1.0:
         raise ValueError(f"rope parameter partial_rotary_factor={prf!r} must be in (0, 1]")

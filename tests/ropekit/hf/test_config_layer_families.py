@@ -65,3 +65,32 @@ def test_gptj_codegen_rotate_with_base_10000_whatever_the_config_says(model_type
     assert spec.base == 1e4 and spec.scaling is None and spec.rotary_dim == 8
     want = torch.sin(torch.arange(64, dtype=torch.float64)[:, None] * spec.inv_freq().double())
     assert (table.double() - want).abs().max() < 1e-5
+
+
+def test_default_theta_matches_every_transformers_config_class() -> None:
+    """Every config class transformers ships: its default_theta (the base of a config.json without rope_theta) is
+    ropekit's (ropekit.hf.default_theta; 10000 where absent). A family added there fails until added here."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    from ropekit.hf.default_theta import DEFAULT_THETA
+
+    theirs = {}
+    for model_type, cls in CONFIG_MAPPING.items():
+        dt = getattr(cls, "default_theta", None)
+        if isinstance(dt, (int, float)) and not isinstance(dt, bool):
+            theirs[model_type] = float(dt)
+    assert {k: v for k, v in theirs.items() if v != 1e4} == DEFAULT_THETA
+
+
+@pytest.mark.parametrize("model_type", ["minimax_m2", "mixtral", "gpt_oss", "smollm3"])
+def test_a_config_without_rope_theta_reads_the_family_default(model_type: str, tmp_path: Path) -> None:
+    cfg = {"model_type": model_type, "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, "head_dim": 16}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            rp = transformers.AutoConfig.from_pretrained(str(tmp_path)).rope_parameters
+        except Exception as e:  # noqa: BLE001 - a config class that needs more keys than this test gives
+            pytest.skip(f"transformers does not build this config: {type(e).__name__}")
+    rp = rp.get("full_attention", rp) if all(isinstance(v, dict) for v in rp.values()) else rp
+    assert RopeSpec.from_hf(cfg).base == rp["rope_theta"] != 1e4
