@@ -44,10 +44,6 @@ def _check_len(name: str, value: object) -> int:
     return value
 
 
-def _check_spec(spec: object) -> RopeSpec:
-    return require_spec(spec)
-
-
 def keys_stale(spec: RopeSpec, cached_len: int, new_len: int) -> bool:
     """True when keys rotated for length ``cached_len`` differ from what length ``new_len`` needs.
 
@@ -55,7 +51,7 @@ def keys_stale(spec: RopeSpec, cached_len: int, new_len: int) -> bool:
         TypeError: ``spec`` is not a RopeSpec, or a length is not an int (bool included).
         ValueError: a length is < 1.
     """
-    _check_spec(spec)
+    require_spec(spec)
     _check_len("cached_len", cached_len)
     _check_len("new_len", new_len)
     if not spec.dynamic:
@@ -93,7 +89,7 @@ def rerotate_keys(
             outside [0, from_len); a length < 1; an unknown format; an in-place k with overlapping memory.
             Raised before k is modified.
     """
-    _check_spec(spec)
+    require_spec(spec)
     if format not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
     if not isinstance(inplace, bool):

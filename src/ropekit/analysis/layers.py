@@ -56,8 +56,8 @@ class LayerView:
 
 def rope_per_layer_type(config: dict[str, Any]) -> bool:
     """True when the config gives each layer type its own RoPE (v5 nested ``rope_parameters``, or the v4 form of a
-    family in :data:`ropekit.hf.config_keys.PER_LAYER_TYPE_FAMILIES`: Gemma 3, OLMo 3, ModernBERT, ...)."""
-    from ropekit.hf.config_keys import per_layer_family  # the families' data (no transformers import)
+    family in :data:`ropekit.hf.config_families.PER_LAYER_TYPE_FAMILIES`: Gemma 3, OLMo 3, ModernBERT, ...)."""
+    from ropekit.hf.config_families import per_layer_family  # the families' data (no transformers import)
 
     rp = config.get("rope_parameters")
     if isinstance(rp, dict) and rp and all(isinstance(v, dict) or v is None for v in rp.values()):

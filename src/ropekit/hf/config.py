@@ -36,10 +36,10 @@ from __future__ import annotations
 import warnings
 from typing import Any, Literal
 
+from ropekit.hf.config_families import ROTARY_DIM_TYPES
 from ropekit.hf.config_keys import (
     _COMMON,
     KNOWN_KEYS,
-    ROTARY_DIM_TYPES,
     _as_dict,
     _did_you_mean,
     _factors,

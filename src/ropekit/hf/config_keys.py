@@ -21,6 +21,16 @@ import numbers
 import warnings
 from typing import Any
 
+from ropekit.hf.config_families import (
+    ALLOWED_LAYER_TYPES,
+    EXTRA_LAYER_TYPES,
+    NEOX_TYPES,
+    PER_LAYER_TYPE_FAMILIES,
+    ROTARY_DIM_AS_FACTOR,
+    SCALING_UPDATES,
+    per_layer_family,
+)
+
 __all__ = ["KNOWN_KEYS"]
 
 _COMMON = {"rope_type", "rope_theta", "partial_rotary_factor"}
@@ -155,75 +165,6 @@ def _unknown_note(unknown: list[str], known: set[str]) -> str:
     return f"; unknown keys {unknown}{_did_you_mean(unknown, known)}" if unknown else ""
 
 
-#: families whose transformers config reads GPT-NeoX's names (``rotary_emb_base``, ``rotary_pct``, with this default
-#: fraction) and ignores the top-level ``rope_theta`` / ``partial_rotary_factor``
-_NEOX_TYPES = {"gpt_neox": 0.25, "gpt_neox_japanese": 1.0}
-#: families whose transformers attention rotates the first ``rotary_dim`` channels (its config class's default: 64)
-ROTARY_DIM_TYPES = frozenset({"gptj", "codegen"})
-#: families whose transformers config turns a top-level ``rotary_dim`` into ``rotary_dim / head_dim``
-_ROTARY_DIM_AS_FACTOR = frozenset({"minimax_m2"})
-#: families whose transformers config merges ``rope_scaling`` into these entries of per-layer-type
-#: ``rope_parameters`` (Gemma 3-style); every other family's replaces ``rope_parameters`` with a non-empty
-#: ``rope_scaling`` (``PreTrainedConfig.convert_rope_params_to_dict``: ``rope_scaling or rope_parameters``)
-_SCALING_UPDATES = {
-    **dict.fromkeys(
-        ("gemma3_text", "gemma3n_text", "olmo3", "t5gemma2_text", "t5gemma2_decoder"), ("full_attention",)
-    ),
-    **dict.fromkeys(("modernbert", "modernbert-decoder"), ("full_attention", "sliding_attention")),
-}
-#: families whose transformers config builds a RoPE per layer type from flat (v4) keys
-#: (``convert_rope_params_to_dict``): the layer types ``rope_scaling`` applies to, and each layer type's theta key
-#: and default (the config class's ``default_theta``)
-PER_LAYER_TYPE_FAMILIES: dict[str, tuple[tuple[str, ...], dict[str, tuple[str, float]]]] = {
-    **dict.fromkeys(
-        ("gemma3_text", "gemma3n_text", "t5gemma2_text", "t5gemma2_decoder"),
-        (
-            ("full_attention",),
-            {"sliding_attention": ("rope_local_base_freq", 1e4), "full_attention": ("rope_theta", 1e6)},
-        ),
-    ),
-    **dict.fromkeys(
-        ("modernbert", "modernbert-decoder"),
-        (
-            ("full_attention", "sliding_attention"),
-            {
-                "sliding_attention": ("local_rope_theta", 1e4),
-                "full_attention": ("global_rope_theta", 160_000.0),
-            },
-        ),
-    ),
-    "olmo3": (
-        ("full_attention",),
-        {"sliding_attention": ("rope_theta", 500_000.0), "full_attention": ("rope_theta", 500_000.0)},
-    ),
-    "dots3_note_text": (
-        ("full_attention",),
-        {"sliding_attention": ("rope_theta", 8e7), "full_attention": ("rope_theta", 8e7)},
-    ),
-}
-
-
-def per_layer_family(model_type: str) -> str | None:
-    """The :data:`PER_LAYER_TYPE_FAMILIES` entry of ``model_type`` (Gemma 3's multimodal configs read as its text
-    part), or None."""
-    if model_type in PER_LAYER_TYPE_FAMILIES:
-        return model_type
-    if model_type.startswith("gemma3n"):
-        return "gemma3n_text"
-    return "gemma3_text" if model_type.startswith("gemma3") else None
-
-
-#: transformers 5.23's ALLOWED_ATTN_LAYER_TYPES and the legacy names it remaps to them (configuration_utils.py)
-ALLOWED_LAYER_TYPES = (
-    *("full_attention", "sliding_attention", "chunked_attention", "window_attention", "indexed_attention"),
-    *("compressed_sparse_attention", "heavily_compressed_attention", "minimax_m3_sparse", "conv", "moe"),
-    *("hybrid", "hybrid_sliding", "reference_sliding_attention", "linear_attention"),
-    # legacy names, remapped before the check
-    *("mamba", "attention", "deepseek_sparse_attention", "qwen_sparse_attention"),
-)
-_EXTRA_LAYER_TYPES = {"nemotron_h": ("mlp",)}  # families whose own validate_layer_type allows more
-
-
 def check_layer_types(cfg: dict[str, Any], model_type: str) -> None:
     """Refuse what transformers' ``validate_layer_type`` refuses when it builds the config: ``layer_types`` not a
     list, an entry it does not know, a length other than ``num_hidden_layers``; and a Gemma 3 ``sliding_window_pattern``
@@ -237,7 +178,7 @@ def check_layer_types(cfg: dict[str, Any], model_type: str) -> None:
             raise ValueError(
                 f"config layer_types={types!r} must be a list of layer types, got a {type(types).__name__}"
             )
-        allowed = ALLOWED_LAYER_TYPES + _EXTRA_LAYER_TYPES.get(model_type, ())
+        allowed = ALLOWED_LAYER_TYPES + EXTRA_LAYER_TYPES.get(model_type, ())
         bad = [t for t in types if t not in allowed]
         if bad:
             raise ValueError(
@@ -274,7 +215,7 @@ def _rope_parameters(cfg: dict[str, Any], model_type: str) -> dict[str, Any] | N
         return rp or None
     if not rp:
         return None  # the v4 form: rope_scaling alone (read below)
-    updated = _SCALING_UPDATES.get(model_type)
+    updated = SCALING_UPDATES.get(model_type)
     if updated is None:
         warnings.warn(
             f"config has both rope_parameters={rp!r} and rope_scaling={rs!r}: transformers uses rope_scaling and "
@@ -342,7 +283,7 @@ def _rope_dict(cfg: dict[str, Any], layer_type: str | None, model_type: str) -> 
         raise ValueError(  # noqa: TRY004 - config values are ValueErrors (the CLI reports them)
             f"rope parameter rope_type={rp['rope_type']!r} must be a string; known: {sorted(KNOWN_KEYS)}"
         )
-    neox = _NEOX_TYPES.get(model_type)
+    neox = NEOX_TYPES.get(model_type)
     # top-level keys, as transformers' convert_rope_params_to_dict sets them (a null rope_theta stays null there)
     for key, legacy_key in (("rope_theta", "rotary_emb_base"), ("partial_rotary_factor", "rotary_pct")):
         top = legacy_key if neox is not None else key  # GPT-NeoX: only its own names count
@@ -352,7 +293,7 @@ def _rope_dict(cfg: dict[str, Any], layer_type: str | None, model_type: str) -> 
     if "partial_rotary_factor" not in rp:
         if neox is not None and neox != 1.0:
             rp["partial_rotary_factor"] = neox
-        elif model_type in _ROTARY_DIM_AS_FACTOR and cfg.get("rotary_dim") is not None:  # MiniMax-M2
+        elif model_type in ROTARY_DIM_AS_FACTOR and cfg.get("rotary_dim") is not None:  # MiniMax-M2
             rp["partial_rotary_factor"] = _pos_int(cfg["rotary_dim"], "rotary_dim") / _head_dim(cfg)
     # Phi-3 config.json: "su" and "yarn" both mean longrope (transformers converts them when it builds the config
     # object; a yarn set on the object afterwards is yarn to its rotary module, as in its own rope-scaling test)

@@ -63,21 +63,17 @@ def _family(model_type: str) -> str | None:
 
 
 def _rope_key(cfg: dict[str, Any], *, warn: bool = False) -> str:
-    """Which of ``rope_parameters`` / ``rope_scaling`` holds the config's RoPE, as transformers 5.23 reads it: a
-    non-empty ``rope_scaling`` wins (``rope_scaling or rope_parameters``), except in a config object, whose
-    ``rope_parameters`` transformers already merged."""
-    from ropekit.hf.config_keys import _FROM_OBJECT
+    """Which of ``rope_parameters`` / ``rope_scaling`` holds the config's RoPE, by the rule 1-D configs are read
+    with (:func:`ropekit.hf.config_keys._rope_parameters`: transformers' ``rope_scaling or rope_parameters``; a
+    config object's ``rope_parameters`` is already merged). ``warn``: say so when both are given and differ."""
+    from ropekit.hf.config_keys import _rope_parameters
 
-    rp, rs = cfg.get("rope_parameters"), cfg.get("rope_scaling")
-    if isinstance(rs, dict) and rs and not cfg.get(_FROM_OBJECT):
-        if warn and isinstance(rp, dict) and rp and rp != rs:
-            warnings.warn(
-                f"config has both rope_parameters={rp!r} and rope_scaling={rs!r}: transformers uses rope_scaling "
-                "and drops rope_parameters (its rope_theta too); so does ropekit. Remove one of them",
-                stacklevel=4,
-            )
-        return "rope_scaling"
-    return "rope_parameters" if isinstance(rp, dict) else "rope_scaling"
+    with warnings.catch_warnings():
+        if not warn:
+            warnings.simplefilter("ignore")
+        chosen = _rope_parameters(cfg, str(cfg.get("model_type") or ""))
+    rp = cfg.get("rope_parameters")
+    return "rope_parameters" if chosen is not None and chosen is rp else "rope_scaling"
 
 
 def _rope_of(cfg: dict[str, Any]) -> dict[str, Any]:

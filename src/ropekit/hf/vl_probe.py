@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from ropekit.hf.families import Family
+from ropekit.hf.probe import max_err
 from ropekit.hf.vision_apply import verify_vision_apply
 
 __all__ = ["verify_replacement"]
@@ -49,9 +50,7 @@ def verify_replacement(orig: nn.Module, new: nn.Module, kind: str) -> str | None
         for a, b in zip(ref, got):
             if a.shape != b.shape or a.dtype != b.dtype:
                 return f"tables differ in format: transformers {tuple(a.shape)} {a.dtype}, ropekit {tuple(b.shape)} {b.dtype}"
-            if a.is_complex():
-                a, b = torch.view_as_real(a), torch.view_as_real(b)
-            err = float((a.double() - b.double()).abs().max()) if a.numel() else 0.0
+            err = max_err(a, b)
             if err > 1e-5:
                 return f"tables differ from transformers' by {err:.2e}"
         family = getattr(new, "family", None)

@@ -48,11 +48,19 @@ def positions_with_offset(
                 f"offset tensor must be a 1-D integer tensor of per-row offsets, got {offset.dtype} of shape {tuple(offset.shape)}"
             )
         dev = device if device is not None else offset.device
-        if seq_len and offset.numel() and offset.device.type != "meta" and not torch.compiler.is_compiling():
-            hi = int(offset.max())  # one host sync: a wrapped int64 would be a silently wrong position
-            if hi > _I64_MAX - (seq_len - 1):
-                raise ValueError(
-                    f"offset + seq_len - 1 must fit int64 (<= {_I64_MAX}), got offset {hi} with seq_len {seq_len}"
+        if seq_len and offset.numel() and offset.device.type != "meta":
+            # a wrapped int64 would be a silently wrong position; no host sync off the CPU (a decode loop calls this
+            # every step): there the device asserts it when the check runs
+            limit = _I64_MAX - (seq_len - 1)
+            if offset.device.type == "cpu" and not torch.compiler.is_compiling():
+                hi = int(offset.max())
+                if hi > limit:
+                    raise ValueError(
+                        f"offset + seq_len - 1 must fit int64 (<= {_I64_MAX}), got offset {hi} with seq_len {seq_len}"
+                    )
+            else:
+                torch._assert_async(
+                    offset.max() <= limit, f"offset + seq_len - 1 must fit int64 (<= {_I64_MAX})"
                 )
         return offset.to(dev, torch.int64).unsqueeze(1) + torch.arange(seq_len, dtype=torch.int64, device=dev)
     if isinstance(offset, bool) or not isinstance(offset, int):

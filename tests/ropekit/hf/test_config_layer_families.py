@@ -13,7 +13,7 @@ import pytest
 
 from ropekit import RopeSpec
 from ropekit.analysis import layer_views
-from ropekit.hf.config_keys import PER_LAYER_TYPE_FAMILIES
+from ropekit.hf.config_families import PER_LAYER_TYPE_FAMILIES
 
 transformers = pytest.importorskip("transformers")
 
@@ -23,7 +23,9 @@ THETAS = {"rope_theta": 5e5, "rope_local_base_freq": 2e4, "local_rope_theta": 3e
 
 @pytest.mark.parametrize("model_type", sorted(PER_LAYER_TYPE_FAMILIES))
 @pytest.mark.parametrize("thetas", [THETAS, {}], ids=["thetas", "defaults"])
-def test_each_layer_type_reads_as_transformers(model_type: str, thetas: dict[str, float], tmp_path: Path) -> None:
+def test_each_layer_type_reads_as_transformers(
+    model_type: str, thetas: dict[str, float], tmp_path: Path
+) -> None:
     types = ["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"]
     cfg = {"model_type": model_type, "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 4,
            "head_dim": 16, "layer_types": types, "sliding_window": 8, "max_position_embeddings": 65536,
@@ -45,7 +47,9 @@ def test_each_layer_type_reads_as_transformers(model_type: str, thetas: dict[str
 
 
 @pytest.mark.parametrize("model_type", ["gptj", "codegen"])
-def test_gptj_codegen_rotate_with_base_10000_whatever_the_config_says(model_type: str, tmp_path: Path) -> None:
+def test_gptj_codegen_rotate_with_base_10000_whatever_the_config_says(
+    model_type: str, tmp_path: Path
+) -> None:
     """transformers' GPT-J / CodeGen attention builds its table with base 10000 (create_sinusoidal_positions) and
     ignores rope_theta and rope_scaling: ropekit reads such a config the same way, with a warning. Oracle: the
     model's own embed_positions table (sin | cos of position * inv_freq)."""
@@ -84,7 +88,13 @@ def test_default_theta_matches_every_transformers_config_class() -> None:
 
 @pytest.mark.parametrize("model_type", ["minimax_m2", "mixtral", "gpt_oss", "smollm3"])
 def test_a_config_without_rope_theta_reads_the_family_default(model_type: str, tmp_path: Path) -> None:
-    cfg = {"model_type": model_type, "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, "head_dim": 16}
+    cfg = {
+        "model_type": model_type,
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "num_hidden_layers": 2,
+        "head_dim": 16,
+    }
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -27,12 +27,18 @@ static double now(void) {
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
+// the pair rotation of 16 bands at i, shared by the variants below (they differ only in the rounding to bf16)
+static inline void rot16(const bf16 *x, const f32 *R c, const f32 *R s, int64_t n, int64_t i, __m512 *lo, __m512 *hi) {
+    const __m512 a = bf16x16_load(x + i), b = bf16x16_load(x + n + i);
+    const __m512 ci = _mm512_loadu_ps(c + i), si = _mm512_loadu_ps(s + i);
+    *lo = _mm512_sub_ps(_mm512_mul_ps(a, ci), _mm512_mul_ps(b, si));
+    *hi = _mm512_add_ps(_mm512_mul_ps(b, ci), _mm512_mul_ps(a, si));
+}
+
 static void no_den_test(bf16 *o, const bf16 *x, const f32 *R c, const f32 *R s, int64_t n) {
     for (int64_t i = 0; i + 16 <= n; i += 16) {
-        const __m512 a = bf16x16_load(x + i), b = bf16x16_load(x + n + i);
-        const __m512 ci = _mm512_loadu_ps(c + i), si = _mm512_loadu_ps(s + i);
-        const __m512 lo = _mm512_sub_ps(_mm512_mul_ps(a, ci), _mm512_mul_ps(b, si));
-        const __m512 hi = _mm512_add_ps(_mm512_mul_ps(b, ci), _mm512_mul_ps(a, si));
+        __m512 lo, hi;
+        rot16(x, c, s, n, i, &lo, &hi);
         _mm256_storeu_si256((__m256i *)(o + i), (__m256i)_mm512_cvtneps_pbh(lo));
         _mm256_storeu_si256((__m256i *)(o + n + i), (__m256i)_mm512_cvtneps_pbh(hi));
     }
@@ -40,10 +46,8 @@ static void no_den_test(bf16 *o, const bf16 *x, const f32 *R c, const f32 *R s, 
 
 static void truncate_out(bf16 *o, const bf16 *x, const f32 *R c, const f32 *R s, int64_t n) {
     for (int64_t i = 0; i + 16 <= n; i += 16) {
-        const __m512 a = bf16x16_load(x + i), b = bf16x16_load(x + n + i);
-        const __m512 ci = _mm512_loadu_ps(c + i), si = _mm512_loadu_ps(s + i);
-        const __m512 lo = _mm512_sub_ps(_mm512_mul_ps(a, ci), _mm512_mul_ps(b, si));
-        const __m512 hi = _mm512_add_ps(_mm512_mul_ps(b, ci), _mm512_mul_ps(a, si));
+        __m512 lo, hi;
+        rot16(x, c, s, n, i, &lo, &hi);
         _mm256_storeu_si256((__m256i *)(o + i), _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(lo), 16)));
         _mm256_storeu_si256((__m256i *)(o + n + i),
                             _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(hi), 16)));

@@ -1,0 +1,88 @@
+# SPDX-License-Identifier: MIT
+"""What each transformers family's config does with its RoPE keys, as data (transformers 5.23's config classes):
+GPT-NeoX's own key names, the families that read a top-level ``rotary_dim``, how ``rope_scaling`` merges into
+per-layer-type ``rope_parameters``, the families whose flat (v4) keys build a RoPE per layer type, and the layer
+type names transformers accepts. Read by :mod:`ropekit.hf.config_keys` and :mod:`ropekit.hf.config`; the base a
+config without ``rope_theta`` gets is in :mod:`ropekit.hf.default_theta`.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ALLOWED_LAYER_TYPES",
+    "EXTRA_LAYER_TYPES",
+    "NEOX_TYPES",
+    "PER_LAYER_TYPE_FAMILIES",
+    "ROTARY_DIM_AS_FACTOR",
+    "ROTARY_DIM_TYPES",
+    "SCALING_UPDATES",
+    "per_layer_family",
+]
+
+#: families whose transformers config reads GPT-NeoX's names (``rotary_emb_base``, ``rotary_pct``, with this default
+#: fraction) and ignores the top-level ``rope_theta`` / ``partial_rotary_factor``
+NEOX_TYPES = {"gpt_neox": 0.25, "gpt_neox_japanese": 1.0}
+#: families whose transformers attention rotates the first ``rotary_dim`` channels (its config class's default: 64)
+ROTARY_DIM_TYPES = frozenset({"gptj", "codegen"})
+#: families whose transformers config turns a top-level ``rotary_dim`` into ``rotary_dim / head_dim``
+ROTARY_DIM_AS_FACTOR = frozenset({"minimax_m2"})
+#: families whose transformers config merges ``rope_scaling`` into these entries of per-layer-type
+#: ``rope_parameters`` (Gemma 3-style); every other family's replaces ``rope_parameters`` with a non-empty
+#: ``rope_scaling`` (``PreTrainedConfig.convert_rope_params_to_dict``: ``rope_scaling or rope_parameters``)
+SCALING_UPDATES = {
+    **dict.fromkeys(
+        ("gemma3_text", "gemma3n_text", "olmo3", "t5gemma2_text", "t5gemma2_decoder"), ("full_attention",)
+    ),
+    **dict.fromkeys(("modernbert", "modernbert-decoder"), ("full_attention", "sliding_attention")),
+}
+#: families whose transformers config builds a RoPE per layer type from flat (v4) keys
+#: (``convert_rope_params_to_dict``): the layer types ``rope_scaling`` applies to, and each layer type's theta key
+#: and default (the config class's ``default_theta``)
+PER_LAYER_TYPE_FAMILIES: dict[str, tuple[tuple[str, ...], dict[str, tuple[str, float]]]] = {
+    **dict.fromkeys(
+        ("gemma3_text", "gemma3n_text", "t5gemma2_text", "t5gemma2_decoder"),
+        (
+            ("full_attention",),
+            {"sliding_attention": ("rope_local_base_freq", 1e4), "full_attention": ("rope_theta", 1e6)},
+        ),
+    ),
+    **dict.fromkeys(
+        ("modernbert", "modernbert-decoder"),
+        (
+            ("full_attention", "sliding_attention"),
+            {
+                "sliding_attention": ("local_rope_theta", 1e4),
+                "full_attention": ("global_rope_theta", 160_000.0),
+            },
+        ),
+    ),
+    "olmo3": (
+        ("full_attention",),
+        {"sliding_attention": ("rope_theta", 500_000.0), "full_attention": ("rope_theta", 500_000.0)},
+    ),
+    "dots3_note_text": (
+        ("full_attention",),
+        {"sliding_attention": ("rope_theta", 8e7), "full_attention": ("rope_theta", 8e7)},
+    ),
+}
+
+
+def per_layer_family(model_type: str) -> str | None:
+    """The :data:`PER_LAYER_TYPE_FAMILIES` entry of ``model_type`` (Gemma 3's multimodal configs read as its text
+    part), or None."""
+    if model_type in PER_LAYER_TYPE_FAMILIES:
+        return model_type
+    if model_type.startswith("gemma3n"):
+        return "gemma3n_text"
+    return "gemma3_text" if model_type.startswith("gemma3") else None
+
+
+#: transformers 5.23's ALLOWED_ATTN_LAYER_TYPES and the legacy names it remaps to them (configuration_utils.py)
+ALLOWED_LAYER_TYPES = (
+    *("full_attention", "sliding_attention", "chunked_attention", "window_attention", "indexed_attention"),
+    *("compressed_sparse_attention", "heavily_compressed_attention", "minimax_m3_sparse", "conv", "moe"),
+    *("hybrid", "hybrid_sliding", "reference_sliding_attention", "linear_attention"),
+    # legacy names, remapped before the check
+    *("mamba", "attention", "deepseek_sparse_attention", "qwen_sparse_attention"),
+)
+EXTRA_LAYER_TYPES = {"nemotron_h": ("mlp",)}  # families whose own validate_layer_type allows more
