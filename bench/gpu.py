@@ -43,7 +43,7 @@ from gpu_peers import (
     qk,
     spec_for,
 )
-from gpu_sweep import profile_backward, sweep
+from gpu_sweep import gap, profile_backward, sweep
 from gpu_timing import Fn, print_row, run_impls
 
 PREFILL_TOKENS: list[int] = []  # set by --tokens; empty means the defaults below
@@ -227,7 +227,9 @@ def main(argv: list[str] | None = None) -> int:
         "--sweep", action="store_true", help="also time launch configurations of ropekit's kernel"
     )
     ap.add_argument(
-        "--only", default="", help="comma list of parts: prefill,decode,varlen,backward,tables,sweep,profile"
+        "--only",
+        default="",
+        help="comma list of parts: prefill,decode,varlen,backward,tables,sweep,profile,gap",
     )
     ap.add_argument("--out", default="")
     ap.add_argument(
@@ -261,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         "tables": tables,
         "sweep": sweep,
         "profile": profile_backward,
+        "gap": gap,
     }
     for p in parts:
         t0 = time.perf_counter()

@@ -109,3 +109,56 @@ def tables_for(t: int, decode: bool = False) -> tuple[torch.Tensor, torch.Tensor
     pos = torch.randint(0, 8192, (t, 1), device="cuda") if decode else torch.arange(t, device="cuda")[None]
     c, s = rope_tables(pos, spec_for())
     return c, s
+
+
+def gap(quick: bool) -> list[dict[str, Any]]:
+    """ropekit's kernel (tables given, in place) against Liger's on the shapes where Liger looked faster (run 6):
+    the default launch and the head loop with wider head blocks (32, 64 heads; 4, 8 warps), with the copy floor
+    and Liger timed in the same loop. Each cell is the lower of two interleaved passes (the device showed 2-5x
+    one-off outliers in run 6)."""
+    from gpu_peers import liger
+
+    f = liger()
+    cfgs: list[tuple[str, dict[str, int] | None]] = [("default", None)]
+    cfgs += [
+        (f"loop h{bh} w{w}", {"head_loop": 1, "block_h": bh, "num_warps": w})
+        for bh in (32, 64)
+        for w in (4, 8)
+    ]
+    out = []
+    for model in ("llama3-8b", "llama3-70b"):
+        for t in (256, 1024, 2048, 8192):
+            best = _gap_cell(model, t, f, cfgs)
+            out.append({"case": "gap", "model": model, "tokens": t, "us": best})
+            print(f"gap {model} {t}:", {n: round(v, 1) for n, v in best.items()}, flush=True)
+    return out
+
+
+def _gap_cell(model: str, t: int, f: Any, cfgs: list[tuple[str, dict[str, int] | None]]) -> dict[str, float]:
+    from gpu_peers import hf_tables
+
+    from ropekit.rotation import triton_backend as tb
+
+    hq, hk, d = SHAPES[model]
+    q, k = qk(1, t, hq, hk, d)
+    src = torch.randn(q.numel() + k.numel(), device="cuda", dtype=q.dtype)
+    dst = torch.empty_like(src)
+    c, s = tables_for(t)
+    hcos, hsin = hf_tables(torch.arange(t, device="cuda")[None], spec_for(), q.dtype)
+    qh, kh = q.transpose(1, 2), k.transpose(1, 2)
+    fns: dict[str, tuple[Fn, dict[str, int] | None]] = {
+        "copy": (lambda: dst.copy_(src), None),
+        "liger": (lambda: f.apply(qh, kh, hcos, hsin), None),
+    }
+    for name, cfg in cfgs:
+        fns[name] = (lambda: tb.rotate_qk(q, k, c, s, 128, "half", True), cfg)
+    best: dict[str, float] = {}
+    for _ in range(2):
+        for name, (fn, cfg) in fns.items():
+            tb._TUNE = cfg
+            try:
+                fn()
+                best[name] = min(best.get(name, 1e9), ms(fn, rep=40) * 1e3)
+            finally:
+                tb._TUNE = None
+    return best

@@ -135,7 +135,9 @@ def test_kernels_md_mid_size_table_is_run_4() -> None:
     for line in lines:
         cells = _cells(line)
         model, layout = re.match(r"(8B|70B), (\w+)", cells[0]).groups()  # type: ignore[union-attr]
-        rows = _case(run4, case="prefill", model=f"llama3-{model.lower()}", tokens=int(cells[1]), layout=layout)
+        rows = _case(
+            run4, case="prefill", model=f"llama3-{model.lower()}", tokens=int(cells[1]), layout=layout
+        )
         copy = rows["copy (floor)"]["us"]
         for name, cell in zip(names, cells[2:], strict=True):
             if cell == "n/a":
@@ -145,3 +147,33 @@ def test_kernels_md_mid_size_table_is_run_4() -> None:
             assert got[0] == round(rows[name]["us"], 1), (cells[:2], name, cell)
             if len(got) > 1:
                 assert got[1] == round(100 * copy / rows[name]["us"]), (cells[:2], name, cell)
+
+
+def test_kernels_md_liger_gap_table_is_run_7() -> None:
+    """Run 7's same-loop table (H100): copy, the default launch and Liger are docs/bench-gpu-h100-run7.json's cells;
+    the two "best" columns are the minimum over their configurations in the same JSON; percents are copy / time."""
+    run7 = json.loads((ROOT / "docs" / "bench-gpu-h100-run7.json").read_text())
+    assert run7["machine"]["gpu"] == "NVIDIA H100 80GB HBM3"
+    text = (ROOT / "docs" / "kernels.md").read_text()
+    start = text.index("| shape | tokens | copy | ropekit (default launch) | Liger |")
+    lines = [ln for ln in text[start:].split("\n\n")[0].splitlines() if "---" not in ln][1:]
+    assert len(lines) == len(run7["results"]) == 8
+    for line in lines:
+        cells = _cells(line)
+        (us,) = [
+            r["us"]
+            for r in run7["results"]
+            if r["model"] == f"llama3-{cells[0].lower()}" and r["tokens"] == int(cells[1].replace(",", ""))
+        ]
+        expect = [
+            us["copy"],
+            us["default"],
+            us["liger"],
+            min(v for n, v in us.items() if n.startswith("all_heads")),
+            min(v for n, v in us.items() if n.startswith("loop")),
+        ]
+        for want, cell in zip(expect, cells[2:], strict=True):
+            got = _num(cell)
+            assert got[0] == round(want, 1), (cells[:2], cell)
+            if len(got) > 1:
+                assert got[1] == round(100 * us["copy"] / want), (cells[:2], cell)
