@@ -83,13 +83,16 @@ def _rotate_q_defer_k(
     q: torch.Tensor, k: torch.Tensor, info: RopekitTables
 ) -> tuple[torch.Tensor, torch.Tensor] | None:
     """q rotated now, k unrotated and marked: the fused cache write rotates k into the cache
-    (:mod:`ropekit.hf.fused_cache`). q is not deferred: a model may compute a new query from it before the cache
-    write (Ministral 3 scales it), and that tensor must already be rotated. None (rotate as usual) when autograd
-    needs the rotation recorded."""
-    from ropekit.hf.fused_cache import defer_k
+    (:mod:`ropekit.hf.fused_cache`); a k of fewer than ``FUSED_MIN_K_ELEMENTS`` elements is rotated with q here
+    instead (the cache then copies it as a ``StaticCache`` does). q is not deferred: a model may compute a new
+    query from it before the cache write (Ministral 3 scales it), and that tensor must already be rotated. None
+    (rotate as usual) when autograd needs the rotation recorded."""
+    from ropekit.hf.fused_cache import FUSED_MIN_K_ELEMENTS, defer_k
 
     if (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad)) or q.dtype != k.dtype:
         return None
+    if k.numel() < FUSED_MIN_K_ELEMENTS:  # decode-sized: one call for q and k, then the cache's plain copy
+        return _rotate(q, k, info, "bhsd", info.family.layout)
     cos, sin = _tables(info)
     d, r = q.shape[-1], 2 * cos.shape[-1]
     if d < r or k.shape[-1] != d:

@@ -19,7 +19,9 @@ How k gets to the cache unrotated, and why that can never leave a key unrotated:
   a patched rotary module (``LlamaModel`` ...). Only when that module's forward receives a ``FusedStaticCache``
   as ``past_key_values`` does it tell its rotary module to mark the tables of this forward as deferring k.
 * The patched apply function (``qk`` calling convention, [b, h, s, d], no autograd recording) then returns q
-  rotated and k unrotated, k marked with the tables; anything else (another cache, no cache, other conventions,
+  rotated and k unrotated, k marked with the tables -- when k has at least ``FUSED_MIN_K_ELEMENTS`` elements
+  (prefill, chunks); a decode-sized k is rotated with q in one call and written as ``StaticCache`` writes it,
+  because there the fused write costs more than the pass over k it saves; anything else (another cache, no cache, other conventions,
   tensors that require grad) rotates q and k as usual.
 * ``update`` rotates a marked k into the cache (:func:`ropekit.rope_cache_write`); an unmarked k is written as a
   ``StaticCache`` writes it.
@@ -43,7 +45,14 @@ from ropekit.hf.cache_correct import cache_argument
 from ropekit.hf.rotary import RopekitRotary, RopekitTables
 from ropekit.rotation.kv_cache import rope_cache_write
 
-__all__ = ["DEFERRED", "FusedStaticCache", "FusedStaticLayer"]
+__all__ = ["DEFERRED", "FUSED_MIN_K_ELEMENTS", "FusedStaticCache", "FusedStaticLayer"]
+
+#: the smallest k (elements, all of a layer's keys of one forward) whose rotation is deferred to the cache write.
+#: Below it (decode steps) the fused write's fixed per-call cost (a second kernel call per layer, its argument
+#: checks) exceeds the pass over k it saves: q and k are rotated in one call and the cache copies k as a
+#: ``StaticCache`` does. Measured on the project's 2-core machine (docs/hf.md, fifteenth session): fused/unfused
+#: 1.46-2.1x at 1,024-4,096 elements, 0.42-0.92x at 16,384-32,768.
+FUSED_MIN_K_ELEMENTS = 16384
 
 #: attribute on an unrotated k handed to the cache: (the rotation spec, cos, sin)
 DEFERRED = "_ropekit_deferred_k"

@@ -12,9 +12,18 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 import ropekit.hf
+from ropekit.hf import fused_cache
 from ropekit.hf.fused_cache import DEFERRED, FusedStaticCache, FusedStaticLayer
 from ropekit.rotation import kv_cache
 from tests.ropekit.hf.tiny import SMALL, VOCAB
+
+
+@pytest.fixture(autouse=True)
+def _fuse_every_size(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tiny models' keys are below FUSED_MIN_K_ELEMENTS: these tests check the fused write itself, at every
+    size (prefill and decode), so the threshold is 0 here except in the test of the threshold."""
+    if "default_threshold" not in request.node.name:
+        monkeypatch.setattr(fused_cache, "FUSED_MIN_K_ELEMENTS", 0)
 
 
 def _models(**over: object) -> tuple[torch.nn.Module, torch.nn.Module]:
@@ -186,3 +195,25 @@ def test_a_query_scaled_after_rope_is_rotated() -> None:
     got = _steps(ours, FusedStaticCache(ours, max_cache_len=32), ids, 2)
     for a, b in zip(got, want):
         assert float((a - b).abs().max() / b.abs().max()) <= 1e-4
+
+
+def test_default_threshold_fuses_prefill_and_copies_decode_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the shipped threshold: a 4 x 128-token prefill (k: 16,384 elements per layer, the threshold) goes
+    through the fused write, the decode steps (k: 128 elements) are rotated with q in one call and copied as a
+    StaticCache copies them; logits equal the unpatched model with transformers' StaticCache either way."""
+    assert fused_cache.FUSED_MIN_K_ELEMENTS == 16384
+    ref, ours = _models()
+    writes: list[int] = []
+    real = kv_cache.rope_cache_write
+
+    def counting(*a: object, **kw: object) -> object:
+        writes.append(1)
+        return real(*a, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr("ropekit.hf.fused_cache.rope_cache_write", counting)
+    ids = torch.randint(0, VOCAB, (4, 128), generator=torch.Generator().manual_seed(3))
+    want = _steps(ref, transformers.StaticCache(config=ref.config, max_cache_len=140), ids, 4)
+    got = _steps(ours, FusedStaticCache(ours, max_cache_len=140), ids, 4)
+    assert len(writes) == ours.config.num_hidden_layers  # the prefill only
+    for w, g in zip(want, got):
+        assert (g - w).abs().max() <= 1e-4 * w.abs().max()
