@@ -27,6 +27,7 @@ from typing import Literal
 import torch
 from torch import nn
 
+from ropekit.integers import whole
 from ropekit.phases import check_positions
 
 __all__ = ["MixedRotary"]
@@ -71,8 +72,7 @@ class MixedRotary(nn.Module):
         super().__init__()
         if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim <= 0 or head_dim % 4:
             raise ValueError(f"head_dim must be a positive multiple of 4, got {head_dim!r}")
-        if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads <= 0:
-            raise ValueError(f"num_heads must be a positive int, got {num_heads!r}")
+        num_heads = whole(num_heads, 1, f"num_heads must be a positive int, got {num_heads!r}")
         if init not in ("mixed", "axial"):
             raise ValueError(f"init must be 'mixed' or 'axial', got {init!r}")
         if format not in ("bshd", "bhsd"):

@@ -27,6 +27,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from ropekit.integers import whole
 from ropekit.phases import INT_DTYPES as _INT
 from ropekit.phases import _rope_tables, check_positions
 from ropekit.rotation import fastpath
@@ -78,9 +79,8 @@ class Rotary(nn.Module):
         super().__init__()
         if not isinstance(spec, RopeSpec):
             raise TypeError(f"spec must be a ropekit.RopeSpec, got {type(spec).__name__}")
-        for name, val in (("max_seq_len", max_seq_len), ("cache_limit", cache_limit)):
-            if isinstance(val, bool) or not isinstance(val, int) or val < 1:
-                raise ValueError(f"{name} must be a positive int, got {val!r}")
+        max_seq_len = whole(max_seq_len, 1, f"max_seq_len must be a positive int, got {max_seq_len!r}")
+        cache_limit = whole(cache_limit, 1, f"cache_limit must be a positive int, got {cache_limit!r}")
         if format not in FORMATS:
             raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
         self.spec = spec

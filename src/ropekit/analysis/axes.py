@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ropekit.integers import whole
 from ropekit.spec import RopeSpec
 
 __all__ = ["AxisBand", "axis_band_table", "axis_report", "default_extents", "format_axis_report"]
@@ -48,8 +49,7 @@ def default_extents(spec: RopeSpec, context: int) -> dict[str, float]:
     Raises:
         ValueError: ``context`` is not a positive int.
     """
-    if isinstance(context, bool) or not isinstance(context, int) or context < 1:
-        raise ValueError(f"context must be a positive int, got {context!r}")
+    context = whole(context, 1, f"context must be a positive int, got {context!r}")
     if spec.axes is None:
         return {"p": float(context)}
     return {n: float(context) if n in ("t", "time") else float(_GRID) for n in spec.axes.names}

@@ -23,6 +23,7 @@ import torch
 
 from ropekit.analysis.base_scan import TINY, BoundScan, bound_rows, theta_of
 from ropekit.analysis.threads import single_thread
+from ropekit.integers import whole
 from ropekit.spec import RopeSpec, require_spec
 
 __all__ = [
@@ -216,8 +217,7 @@ def _check_base(base: object, name: str = "base") -> None:
 
 
 def _check_positive_int(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    value = whole(value, 1, f"{name} must be a positive int, got {value!r}")
 
 
 def _check_context(context: object) -> None:

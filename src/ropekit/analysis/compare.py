@@ -24,6 +24,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from ropekit.integers import whole
 from ropekit.scaling import NTK, DynamicNTK, Linear, Llama3, LongRope, Scaling, Yarn
 from ropekit.spec import RopeSpec, require_spec
 
@@ -118,8 +119,7 @@ def default_target(spec: RopeSpec, context: int) -> int:
 
 def check_length(name: str, value: object) -> int:
     """``value`` if it is a positive int (not a bool), else ValueError naming ``name`` and the value."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    value = whole(value, 1, f"{name} must be a positive int, got {value!r}")
     return value
 
 
@@ -154,8 +154,7 @@ def scheme_columns(
         L0 = original_length(spec, context)
     except ValueError:
         raise ValueError(f"{arg('context')} must be a positive int, got {context!r}") from None
-    if isinstance(target, bool) or not isinstance(target, int) or target < 1:
-        raise ValueError(f"{arg('target')} must be a positive int, got {target!r}")
+    target = whole(target, 1, f"{arg('target')} must be a positive int, got {target!r}")
     if target < L0:
         raise ValueError(
             f"{arg('target')}={target!r} is below the model's original length {L0} (expected an int >= {L0})"

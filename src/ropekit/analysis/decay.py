@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 
+from ropekit.integers import whole
 from ropekit.spec import RopeSpec, require_spec
 
 __all__ = ["gaussian_dot_moments", "gaussian_dot_samples", "ones_dot", "rotated_dot", "su_bound"]
@@ -76,8 +77,7 @@ def gaussian_dot_samples(
     spec: RopeSpec, distances: torch.Tensor, *, samples: int = 1024, seed: int = 0
 ) -> torch.Tensor:
     """[samples, M] float64 dot(m) for ``samples`` draws of q, k i.i.d. N(0, I_r) (Monte Carlo)."""
-    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
-        raise ValueError(f"samples must be a positive int, got {samples!r}")
+    samples = whole(samples, 1, f"samples must be a positive int, got {samples!r}")
     g = torch.Generator().manual_seed(seed)
     r = int(spec.rotary_dim)  # type: ignore[arg-type]
     q = torch.randn(samples, r, generator=g, dtype=torch.float64)

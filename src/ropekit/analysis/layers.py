@@ -23,6 +23,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from ropekit.integers import whole
 from ropekit.spec import RopeSpec
 
 __all__ = ["LayerView", "config_layer_types", "layer_views", "rope_per_layer_type"]
@@ -114,8 +115,7 @@ def layer_views(config: dict[str, Any], *, context: int, layer_type: str | None 
         ValueError: ``context`` not a positive int, unknown ``layer_type``, a sliding layer type without its
             window, or a RoPE the parser refuses.
     """
-    if isinstance(context, bool) or not isinstance(context, int) or context < 1:
-        raise ValueError(f"context must be a positive int, got {context!r}")
+    context = whole(context, 1, f"context must be a positive int, got {context!r}")
     types = config_layer_types(config)
     if types is None:
         if layer_type is not None:

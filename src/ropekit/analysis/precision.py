@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from ropekit.analysis.recipe import common_fp32_inv_freq, common_fp32_tables
+from ropekit.integers import whole
 from ropekit.phases import _rope_tables
 from ropekit.rotation.reference import reference_frequencies
 from ropekit.spec import RopeSpec, require_spec
@@ -95,10 +96,8 @@ def phase_error(spec: RopeSpec, position: int, *, window: int = 2048) -> PhaseEr
         The :class:`PhaseError` of ropekit's tables and of the common float32 recipe.
     """
     require_spec(spec)
-    if isinstance(position, bool) or not isinstance(position, int) or position < 0:
-        raise ValueError(f"position must be an int >= 0, got {position!r}")
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise ValueError(f"window must be an int >= 1, got {window!r}")
+    position = whole(position, 0, f"position must be an int >= 0, got {position!r}")
+    window = whole(window, 1, f"window must be an int >= 1, got {window!r}")
     if spec.axes is not None:
         # multi-axis spec: every band's phase is its axis position times theta_j, each reduced by the same 1-D
         # recipe, so the error at position p is the 1-D error of the same frequencies (text tokens: t = h = w)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from ropekit.analysis.precision import phase_error
+from ropekit.integers import whole
 from ropekit.spec import RopeSpec
 
 __all__ = ["DEFAULT_CURVE_POSITIONS", "PrecisionCurve", "precision_curve"]
@@ -49,8 +50,7 @@ def precision_curve(
     """
     if not positions or any(isinstance(p, bool) or not isinstance(p, int) or p < 0 for p in positions):
         raise ValueError(f"positions must be non-negative ints, got {positions!r}")
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise ValueError(f"window must be a positive int, got {window!r}")
+    window = whole(window, 1, f"window must be a positive int, got {window!r}")
     errs = [phase_error(spec, p, window=window) for p in positions]
     return PrecisionCurve(
         position=torch.tensor(positions, dtype=torch.int64),

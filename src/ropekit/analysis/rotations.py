@@ -18,6 +18,7 @@ import torch
 
 from ropekit.analysis.compare import check_length
 from ropekit.analysis.schemes import original_length
+from ropekit.integers import whole
 from ropekit.spec import RopeSpec, require_spec
 
 __all__ = ["Rotations", "rotations", "turns"]
@@ -58,8 +59,7 @@ class Rotations:
 def rotations(spec: RopeSpec, context: int) -> Rotations:
     """The :class:`Rotations` of ``spec`` at ``context`` (dynamic schemes evaluated at ``context``)."""
     require_spec(spec)
-    if isinstance(context, bool) or not isinstance(context, int) or context < 1:
-        raise ValueError(f"context must be a positive int, got {context!r}")
+    context = whole(context, 1, f"context must be a positive int, got {context!r}")
     L0 = original_length(spec, context)
     theta_plain = dataclasses.replace(spec, scaling=None).frequencies()
     return Rotations(

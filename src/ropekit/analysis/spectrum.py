@@ -20,6 +20,7 @@ import torch
 
 from ropekit.analysis.bands import critical_dim
 from ropekit.analysis.schemes import original_length
+from ropekit.integers import whole
 from ropekit.spec import RopeSpec, require_spec
 
 __all__ = ["Spectrum", "spectrum", "wavelengths"]
@@ -67,8 +68,7 @@ def spectrum(spec: RopeSpec, context: int) -> Spectrum:
     otherwise counts the bands whose unscaled wavelength is at most L0 (the same definition, any table).
     """
     require_spec(spec)
-    if isinstance(context, bool) or not isinstance(context, int) or context < 1:
-        raise ValueError(f"context must be a positive int, got {context!r}")
+    context = whole(context, 1, f"context must be a positive int, got {context!r}")
     L0 = original_length(spec, context)
     plain = dataclasses.replace(spec, scaling=None)
     wl_plain = wavelengths(plain.frequencies())

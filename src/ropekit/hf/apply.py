@@ -92,7 +92,8 @@ def _rotate_q_defer_k(
     if (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad)) or q.dtype != k.dtype:
         return None
     if k.numel() < FUSED_MIN_K_ELEMENTS:  # decode-sized: one call for q and k, then the cache's plain copy
-        return _rotate(q, k, info, "bhsd", info.family.layout)
+        both = _rotate(q, k, info, "bhsd", info.family.layout)
+        return None if both is None or both[1] is None else (both[0], both[1])
     cos, sin = _tables(info)
     d, r = q.shape[-1], 2 * cos.shape[-1]
     if d < r or k.shape[-1] != d:

@@ -20,6 +20,8 @@ from typing import Literal
 
 import torch
 
+from ropekit.integers import whole
+
 __all__ = [
     "grid_positions",
     "merge_block_positions",
@@ -31,8 +33,7 @@ __all__ = [
 
 
 def _pos_int(name: str, v: object) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-        raise ValueError(f"{name} must be a positive int, got {v!r}")
+    v = whole(v, 1, f"{name} must be a positive int, got {v!r}")
     return v
 
 
@@ -223,8 +224,7 @@ def with_prefix(
         raise ValueError(
             f"positions must be an [axes, tokens] tensor, got {getattr(positions, 'shape', positions)!r}"
         )
-    if isinstance(n_prefix, bool) or not isinstance(n_prefix, int) or n_prefix < 0:
-        raise ValueError(f"n_prefix must be a non-negative int, got {n_prefix!r}")
+    n_prefix = whole(n_prefix, 0, f"n_prefix must be a non-negative int, got {n_prefix!r}")
     if where not in ("first", "last"):
         raise ValueError(f"where must be 'first' or 'last', got {where!r}")
     zeros = positions.new_zeros(positions.shape[0], n_prefix)

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 
 import torch
 
+from ropekit.integers import whole
 from ropekit.positions.grid import _grid_thw_ints
 from ropekit.positions.multimodal_blocks import (
     FAMILIES,
@@ -252,8 +253,7 @@ def mrope_decode_positions(
         raise ValueError(
             f"rope_deltas must be a [batch, 1] tensor, got {getattr(rope_deltas, 'shape', rope_deltas)!r}"
         )
-    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 0:
-        raise ValueError(f"seq_len must be a non-negative int, got {seq_len!r}")
+    seq_len = whole(seq_len, 0, f"seq_len must be a non-negative int, got {seq_len!r}")
     d = rope_deltas.to(torch.int64)
     if batch is not None and batch != d.shape[0]:
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1 or batch % d.shape[0]:
@@ -273,9 +273,12 @@ def mrope_decode_positions(
                 f"{past_length.dtype} {tuple(past_length.shape)}"
             )
         start = past_length.to(d.device, torch.int64).unsqueeze(1)
-    elif isinstance(past_length, bool) or not isinstance(past_length, int) or past_length < 0:
-        raise ValueError(f"past_length must be a non-negative int or an integer tensor, got {past_length!r}")
     else:
+        past_length = whole(
+            past_length,
+            0,
+            f"past_length must be a non-negative int or an integer tensor, got {past_length!r}",
+        )
         start = torch.tensor([[past_length]], dtype=torch.int64, device=d.device)
     ids = start + torch.arange(seq_len, dtype=torch.int64, device=d.device) + d  # [b, s]
     return ids.unsqueeze(0).expand(3, -1, -1).clone()

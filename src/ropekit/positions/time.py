@@ -24,6 +24,8 @@ from collections.abc import Sequence
 
 import torch
 
+from ropekit.integers import whole
+
 __all__ = ["time_positions", "v2pe_positions"]
 
 _F32_EXACT = float(1 << 24)  # float32 spacing exceeds 1 beyond this
@@ -197,8 +199,7 @@ def v2pe_positions(segments: Sequence[tuple[str, int]], delta: float, *, start: 
         if not (isinstance(seg, tuple) and len(seg) == 2 and seg[0] in ("text", "visual")):
             raise ValueError(f"segments must be ('text' | 'visual', n) pairs, got {seg!r}")
         kind, n = seg
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise ValueError(f"segment length must be a non-negative int, got {n!r} in {seg!r}")
+        n = whole(n, 0, f"segment length must be a non-negative int, got {n!r} in {seg!r}")
         if kind == "text":
             out.extend(cur + i for i in range(n))
             cur += n

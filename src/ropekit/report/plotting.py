@@ -12,6 +12,8 @@ import io
 from collections.abc import Sequence
 from typing import Any
 
+from ropekit.integers import whole
+
 __all__ = [
     "QUICK_TEXT",
     "figure",
@@ -80,8 +82,7 @@ def mark_quick(fig: Any, quick: bool) -> None:
 
 def moving_average(y: Sequence[float], window: int) -> list[float]:
     """Trailing mean over the last ``window`` points (fewer at the start): out[i] = mean(y[max(0, i-w+1) : i+1])."""
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise ValueError(f"window must be a positive int, got {window!r}")
+    window = whole(window, 1, f"window must be a positive int, got {window!r}")
     out, acc = [], 0.0
     for i, v in enumerate(y):
         acc += float(v)
