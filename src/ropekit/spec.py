@@ -290,7 +290,9 @@ class RopeSpec:
         ``model_type``), so pass ``layout=`` back: without it an ``"interleaved"`` spec reads back as ``"half"``.
         ``partial_rotary_factor`` is written as a float that transformers' own ``int(head_dim * factor)`` (for
         p-RoPE, ``int(factor * head_dim // 2)`` bands) maps back to this spec's rotary_dim (kept bands) exactly;
-        a p-RoPE fraction written that way reads back as kept bands / (head_dim // 2).
+        a p-RoPE fraction written that way reads back as kept bands / (head_dim // 2). A full-rotation spec writes
+        no factor: merged into a config of a family whose config class rotates less by default
+        (``ropekit.hf.class_defaults.DEFAULT_PARTIAL``: GLM, Phi, StableLM, ...), add ``partial_rotary_factor: 1.0``.
 
         Only the RoPE keys: the spec does not record the model's context length (except DynamicNTK's), so the
         fragment has no ``max_position_embeddings`` for the other schemes. Merge it into a config that sets one:

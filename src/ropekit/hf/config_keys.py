@@ -21,6 +21,7 @@ import numbers
 import warnings
 from typing import Any
 
+from ropekit.hf.class_defaults import DEFAULT_HEAD_DIM, DEFAULT_PARTIAL, PER_LAYER_DEFAULT_FAMILIES
 from ropekit.hf.config_families import (
     ALLOWED_LAYER_TYPES,
     EXTRA_LAYER_TYPES,
@@ -142,6 +143,11 @@ def _head_dim(cfg: dict[str, Any]) -> int:
     for key in ("qk_rope_head_dim", "head_dim"):
         if cfg.get(key) is not None:
             return _pos_int(cfg[key], key)
+    fixed = DEFAULT_HEAD_DIM.get(str(cfg.get("model_type")))
+    if (
+        fixed is not None and "head_dim" not in cfg
+    ):  # transformers' class default (an explicit null computes it)
+        return fixed
     hidden, heads = _config_int(cfg, "hidden_size"), _config_int(cfg, "num_attention_heads")
     if hidden is None or heads is None:
         raise ValueError(
@@ -253,6 +259,12 @@ def _rope_dict(cfg: dict[str, Any], layer_type: str | None, model_type: str) -> 
                 f"layer_type={layer_type!r} given but the config has a single set of RoPE parameters"
             )
     else:
+        if model_type in PER_LAYER_DEFAULT_FAMILIES:
+            raise ValueError(
+                f"model_type={model_type!r} config has no rope_parameters: transformers then builds a RoPE per "
+                "layer type from its config class's defaults (rotated fractions that differ by layer type), which "
+                "ropekit does not reproduce; give rope_parameters per layer type, as the published configs do"
+            )
         rp = dict(cfg.get("rope_scaling") or {})
         family = per_layer_family(model_type)
         if family is not None:  # v4 form of a family with a RoPE per layer type, from flat keys
@@ -295,6 +307,10 @@ def _rope_dict(cfg: dict[str, Any], layer_type: str | None, model_type: str) -> 
             rp["partial_rotary_factor"] = neox
         elif model_type in ROTARY_DIM_AS_FACTOR and cfg.get("rotary_dim") is not None:  # MiniMax-M2
             rp["partial_rotary_factor"] = _pos_int(cfg["rotary_dim"], "rotary_dim") / _head_dim(cfg)
+        elif (
+            model_type in DEFAULT_PARTIAL
+        ):  # the config class's default (GLM, Phi, StableLM, Qwen3-Next, ...)
+            rp["partial_rotary_factor"] = DEFAULT_PARTIAL[model_type]
     # Phi-3 config.json: "su" and "yarn" both mean longrope (transformers converts them when it builds the config
     # object; a yarn set on the object afterwards is yarn to its rotary module, as in its own rope-scaling test)
     legacy = ("su",) if cfg.get(_FROM_OBJECT) else ("su", "yarn")
