@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 import torch
 
@@ -26,6 +27,26 @@ def test_offsets() -> None:
         positions_with_offset(3, 1.5)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="offset tensor"):
         positions_with_offset(3, torch.tensor([[1]]))
+
+
+def test_integer_likes_are_ints() -> None:
+    """numpy ints (and 0-d integer tensors for seq_len) are ints, as for ropekit.distributed's layouts; a value of
+    the wrong type is a TypeError naming the argument (seq_len's used to be a ValueError saying it "must be a
+    non-negative int" about np.int64(3))."""
+    assert positions_with_offset(np.int64(3), np.int32(5)).tolist() == [5, 6, 7]
+    assert positions_with_offset(torch.tensor(2), np.uint8(7)).tolist() == [7, 8]
+    assert positions_from_mask(torch.tensor([[0, 1]]), pad_position=np.int64(-1)).tolist() == [[-1, 0]]
+    for bad in (1.5, True, np.bool_(True), "3", np.float64(3.0)):
+        with pytest.raises(TypeError, match=rf"seq_len must be an int, got {re.escape(repr(bad))}"):
+            positions_with_offset(bad)  # type: ignore[arg-type]
+        with pytest.raises(
+            TypeError, match=rf"offset must be an int or a 1-D integer tensor, got {re.escape(repr(bad))}"
+        ):
+            positions_with_offset(3, bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"seq_len must be >= 0, got -1"):
+        positions_with_offset(np.int64(-1))
+    with pytest.raises(ValueError, match=r"offset tensor must be a 1-D integer tensor"):
+        positions_with_offset(3, torch.tensor(5))  # a tensor offset stays per-row: [b]
 
 
 def test_mask_left_and_right_padding() -> None:
@@ -62,8 +83,14 @@ def test_cu_seqlens() -> None:
     assert positions_from_cu_seqlens(cu, total=5).tolist() == [0, 1, 2, 0, 1]
     with pytest.raises(ValueError, match=r"ends at 5 tokens but total=6"):
         positions_from_cu_seqlens(cu, total=6)
-    for total in (-1, 2.0, True):
-        with pytest.raises(ValueError, match=r"total must be a non-negative int"):
+    assert positions_from_cu_seqlens(cu, total=np.int64(5)).tolist() == [0, 1, 2, 0, 1]
+    with pytest.raises(ValueError, match=r"total must be >= 0, got -1"):
+        positions_from_cu_seqlens(cu, total=-1)
+    for total in (2.0, True, np.bool_(True), "5"):
+        with pytest.raises(
+            TypeError,
+            match=rf"total must be an int \(the token count\) or None, got {re.escape(repr(total))}",
+        ):
             positions_from_cu_seqlens(cu, total=total)  # type: ignore[arg-type]
 
 
@@ -119,5 +146,8 @@ def test_positions_past_int64_are_refused_not_wrapped() -> None:
     assert positions_with_offset(2, torch.tensor([0, top - 1])).tolist() == [[0, 1], [top - 1, top]]
     with pytest.raises(ValueError, match="offset and offset \\+ seq_len - 1 must fit int64"):
         positions_with_offset(2, top)
-    with pytest.raises(ValueError, match="offset \\+ seq_len - 1 must fit int64 .* got offset 9223372036854775806 with seq_len 3"):
+    with pytest.raises(
+        ValueError,
+        match="offset \\+ seq_len - 1 must fit int64 .* got offset 9223372036854775806 with seq_len 3",
+    ):
         positions_with_offset(3, torch.tensor([top - 1]))

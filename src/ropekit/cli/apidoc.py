@@ -4,7 +4,7 @@
 ``python -m ropekit.cli.apidoc > docs/api.md`` rewrites it; ``tests/ropekit/cli/test_apidoc.py`` fails when the
 committed file differs from what this prints, so the reference cannot go stale. Every name in the ``__all__`` of
 each module in :data:`MODULES` gets a section: its signature (constructor arguments for classes), its docstring
-verbatim, and for classes the public methods and properties they define.
+verbatim, and for classes the public methods and properties they define; a type alias shows its value.
 
 Shapes: none (documentation only).
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import sys
+import typing
 from collections.abc import Callable
 from typing import Any, TextIO
 
@@ -28,6 +29,7 @@ MODULES: tuple[str, ...] = (
     "ropekit.rotation",
     "ropekit.presets",
     "ropekit.analysis",
+    "ropekit.distributed",
     "ropekit.hf",
     "ropekit.timm",
 )
@@ -127,6 +129,9 @@ def _entry(module: str, name: str, obj: Any, seen: dict[int, str], w: Callable[[
     w(f"### `{qual}`\n\n")
     if inspect.ismodule(obj):
         w(f"Submodule `{obj.__name__}`: see its section.\n\n")
+        return
+    if typing.get_origin(obj) is not None:  # a type alias (Literal[...]): callable, but not a function
+        w(f"Type alias: `{_annotation(obj)}`\n\n")
         return
     if id(obj) in seen and (inspect.isclass(obj) or callable(obj)):
         w(f"Re-export of `{seen[id(obj)]}`.\n\n")

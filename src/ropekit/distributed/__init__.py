@@ -10,7 +10,7 @@ Public API:
     shard_indices    rows of the full (packed) tensor a rank holds (for per-token tables and ring masks)
     shard, unshard   a rank's part of a full tensor along a dim, and the inverse from all parts
     ring_attention   exact causal / per-document softmax attention with K/V passed around the ring (GQA,
-                     log-sum-exp merge, differentiable)
+                     log-sum-exp merge, differentiable once)
     seq_to_heads, heads_to_seq
                      DeepSpeed-Ulysses all-to-all between sequence shards and head shards
     causal_pairs     (query, key) pairs each rank computes under a causal mask, per layout (load balance)

@@ -8,7 +8,8 @@ raises while the others wait in the collective. :func:`agree` runs first: every 
 and every rank raises the same error -- the local problem of a bad rank, "rank(s) [..] rejected their arguments"
 on the others, or the first field the ranks disagree on, with each rank's value. :func:`agree_values` compares a
 small integer tensor itself (``cu_seqlens``), not a checksum of it; :func:`agree_partition` checks that the ranks'
-offsets together cover a sequence once (packed ring attention's ``positions``).
+offsets together cover a sequence once (packed ring attention's ``positions``). :func:`group_info` resolves
+``group`` first and refuses a process outside it.
 
 Used by :func:`ropekit.distributed.ring_attention` and the Ulysses all-to-alls. Single process (world 1): no
 communication, the local problem (if any) is raised.
@@ -22,12 +23,40 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-__all__ = ["FLOATS", "agree", "agree_partition", "agree_values"]
+__all__ = ["FLOATS", "agree", "agree_partition", "agree_values", "group_info"]
 
 #: the float dtypes the collectives accept, indexed in the agreement rows
 FLOATS = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
 
 Problem = tuple[type[Exception], str] | None
+
+
+def group_info(op: str, group: Any) -> tuple[int, int]:
+    """(world size, this process's rank) in ``group``; (1, 0) for one process without torch.distributed.
+
+    Raises:
+        ValueError: ``group`` given without an initialized torch.distributed, or this process not a member of
+            ``group`` (``torch.distributed.new_group`` hands the ranks outside the group a placeholder; a
+            collective on it would fail deep inside torch or be skipped), before any communication.
+    """
+    initialized = dist.is_available() and dist.is_initialized()
+    if group is None and not initialized:
+        return 1, 0  # single process: no communication
+    if not initialized:
+        raise ValueError(f"{op}: group={group!r} was given but torch.distributed is not initialized")
+    rank = dist.get_rank(group)
+    if rank < 0:
+        what = (
+            "group (here group is torch's non-member placeholder GroupMember.NON_GROUP_MEMBER, which new_group "
+            "returns on the ranks it leaves out)"
+            if isinstance(group, int) and group == dist.GroupMember.NON_GROUP_MEMBER
+            else f"group={group!r}"
+        )
+        raise ValueError(
+            f"{op}: this process (global rank {dist.get_rank()}) is not a member of {what}; call {op} only on "
+            "the group's ranks"
+        )
+    return dist.get_world_size(group), rank
 
 
 def _gather(row: torch.Tensor, group: Any, world: int, dev: torch.device) -> torch.Tensor:

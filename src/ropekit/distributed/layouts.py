@@ -16,6 +16,8 @@ Packed documents (``cu_seqlens = [0, l0, l0 + l1, ..., S]``, global offsets in t
                   convention); documents may straddle ranks.
     In every layout the positions restart at 0 in each document (:func:`ropekit.positions_from_cu_seqlens`).
 
+With one rank (W = 1) every layout is the identity, for any length and any documents: no divisibility rule applies.
+
 Two index kinds, never to be confused (Megatron PR #5243):
     :func:`shard_indices`   rows of the full tensor the rank holds (for per-token tables, M-RoPE ids, ring masks)
     :func:`shard_positions` the RoPE position of each of those rows (document-relative with ``cu_seqlens``)
@@ -25,29 +27,17 @@ Shapes: S sequence, W world size, L = S / W local length, n documents.
 
 from __future__ import annotations
 
-import operator
 from typing import Literal
 
 import torch
+
+from ropekit.positions.ids import check_int
 
 __all__ = ["LAYOUTS", "Layout", "shard", "shard_indices", "shard_positions", "unshard"]
 
 Layout = Literal["contiguous", "zigzag", "stripe"]
 LAYOUTS: tuple[str, ...] = ("contiguous", "zigzag", "stripe")
 _CU_DTYPES = (torch.int32, torch.int64)
-
-
-def _check_int(name: str, value: object, low: int) -> int:
-    """An int (or an integer-like: numpy ints, 0-d integer tensors), not bool, >= low."""
-    if isinstance(value, bool) or (isinstance(value, torch.Tensor) and value.dtype == torch.bool):
-        raise TypeError(f"{name} must be an int, got {value!r}")
-    try:
-        n = operator.index(value)  # type: ignore[arg-type]
-    except TypeError:
-        raise TypeError(f"{name} must be an int, got {value!r}") from None
-    if n < low:
-        raise ValueError(f"{name} must be >= {low}, got {n}")
-    return n
 
 
 def _check_layout(layout: object) -> str:
@@ -57,8 +47,8 @@ def _check_layout(layout: object) -> str:
 
 
 def _check_world(world_size: object, rank: object) -> tuple[int, int]:
-    w = _check_int("world_size", world_size, 1)
-    r = _check_int("rank", rank, 0)
+    w = check_int("world_size", world_size, 1)
+    r = check_int("rank", rank, 0)
     if r >= w:
         raise ValueError(f"rank must be in [0, world_size) = [0, {w}), got rank={r}")
     return w, r
@@ -87,6 +77,8 @@ def check_cu_seqlens(cu_seqlens: object, seq_len: int) -> torch.Tensor:
 
 
 def _divisibility(seq_len: int, world_size: int, layout: str, cu: torch.Tensor | None) -> None:
+    if world_size == 1:  # one rank holds everything, in order: any length splits
+        return
     if layout == "zigzag" and cu is not None:
         lengths = (cu[1:] - cu[:-1]).tolist()
         for d, n in enumerate(lengths):
@@ -107,7 +99,7 @@ def _divisibility(seq_len: int, world_size: int, layout: str, cu: torch.Tensor |
 
 def _rows(seq_len: int, world_size: int, rank: int, layout: str, cu: torch.Tensor | None) -> torch.Tensor:
     w, r = world_size, rank
-    if layout == "contiguous":
+    if layout == "contiguous" or w == 1:  # W = 1: the identity in every layout, for any length
         n = seq_len // w
         return torch.arange(r * n, (r + 1) * n, dtype=torch.int64)
     if layout == "stripe":
@@ -125,7 +117,7 @@ def _rows(seq_len: int, world_size: int, rank: int, layout: str, cu: torch.Tenso
 def _prepare(
     seq_len: object, world_size: object, rank: object, layout: object, cu_seqlens: object
 ) -> tuple[int, int, int, str, torch.Tensor | None]:
-    s = _check_int("seq_len", seq_len, 0)
+    s = check_int("seq_len", seq_len, 0)
     w, r = _check_world(world_size, rank)
     lay = _check_layout(layout)
     cu = None if cu_seqlens is None else check_cu_seqlens(cu_seqlens, s)
@@ -180,8 +172,10 @@ def shard_positions(
         int64 [L] on the CPU. Add a constant to continue after a KV-cache or chunk offset.
 
     Raises:
-        ValueError: world_size < 1, rank outside [0, W), unknown layout, seq_len % W (contiguous, stripe),
-            seq_len % 2W (zigzag) or a document length % 2W (zigzag with cu_seqlens) non-zero, bad cu_seqlens.
+        TypeError: seq_len, world_size or rank not an int (numpy ints and 0-d integer tensors are ints).
+        ValueError: world_size < 1, rank outside [0, W), unknown layout, bad cu_seqlens, or (W > 1 only; at
+            W = 1 every layout is the identity) seq_len % W (contiguous, stripe), seq_len % 2W (zigzag) or a
+            document length % 2W (zigzag with cu_seqlens) non-zero.
 
     Example:
         >>> shard_positions(16, 4, 0).tolist()
@@ -196,8 +190,7 @@ def shard_positions(
 
 
 def _check_dim(x: torch.Tensor, dim: object, name: str) -> int:
-    if isinstance(dim, bool) or not isinstance(dim, int):
-        raise TypeError(f"dim must be an int, got {dim!r}")
+    dim = check_int("dim", dim)
     if not -x.dim() <= dim < x.dim():
         raise ValueError(f"dim={dim} is out of range for {name} of shape {tuple(x.shape)}")
     return dim % x.dim()

@@ -10,7 +10,8 @@ merge exactly by log-sum-exp (:mod:`ropekit.distributed.blocks`). Rows or column
 are skipped, so the zigzag layout's balance becomes real compute savings.
 
 Backward (a custom ``autograd.Function``) runs the ring again: K/V travel with their dK/dV accumulators, every rank
-adds its queries' contributions, and one last hop brings dK/dV home to the rank that owns them.
+adds its queries' contributions, and one last hop brings dK/dV home to the rank that owns them. It builds no graph
+(float copies, received blocks), so a backward with ``create_graph=True`` is refused rather than silently wrong.
 
 Shapes (bshd, already rotated by RoPE at global positions):
     q: [b, s, h_q, d]   k: [b, s, h_kv, d]   v: [b, s, h_kv, d_v]   positions: [s]   output: [b, s, h_q, d_v]
@@ -21,12 +22,13 @@ h // (h_q / h_kv)).
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from ropekit.distributed.agree import FLOATS, agree, agree_partition, agree_values
+from ropekit.distributed.agree import FLOATS, agree, agree_partition, agree_values, group_info
 from ropekit.distributed.blocks import block_backward, block_forward, block_mask, merge_lse
 from ropekit.distributed.layouts import check_cu_seqlens
 
@@ -50,20 +52,15 @@ _OFFSETS = (
     "(ropekit.distributed.shard_indices), not their RoPE position ids (shard_positions, which restart at 0 in "
     "each document)"
 )
+#: why a backward with create_graph=True is refused (every rank raises it, before any communication)
+_NO_DOUBLE_BACKWARD = (
+    "ring_attention is differentiable once only: its backward was called with create_graph=True "
+    "(double backward: a gradient penalty, a Hessian-vector product, MAML), but the ring's backward works on "
+    "copies without autograd history and received blocks, so second-order gradients would be silently wrong. "
+    "Compute its gradients without create_graph=True"
+)
 #: how the agreement errors print a field (dtype as its name, not its index)
 _SHOW = {"dtype": lambda i: str(FLOATS[i]), "causal": lambda i: str(bool(i))}
-
-
-def _group_info(group: Any) -> tuple[int, int]:
-    initialized = dist.is_available() and dist.is_initialized()
-    if group is None and not initialized:
-        return 1, 0  # single process: plain attention, no communication
-    if not initialized:
-        raise ValueError(f"group={group!r} was given but torch.distributed is not initialized")
-    rank = dist.get_rank(group)
-    if rank < 0:
-        raise ValueError(f"this process is not a member of group={group!r}")
-    return dist.get_world_size(group), rank
 
 
 def _local_problem(
@@ -115,13 +112,8 @@ def _local_problem(
             ValueError,
             f"positions has {positions.numel()} entries but q's local sequence has {q.shape[1]}",
         )
-    if scale is not None and (
-        isinstance(scale, bool)
-        or not isinstance(scale, (int, float))
-        or not math.isfinite(scale)
-        or scale <= 0
-    ):
-        return ValueError, f"scale must be a positive finite float or None, got {scale!r}"
+    if scale is not None and (bad := _scale_problem(scale)) is not None:
+        return bad
     if cu_seqlens is not None:
         total = world * q.shape[1]
         try:
@@ -134,6 +126,19 @@ def _local_problem(
                 f"(ropekit.distributed.shard_indices), in [0, {total}); got values "
                 f"{int(positions.min())}..{int(positions.max())}"
             )
+    return None
+
+
+def _scale_problem(scale: object) -> tuple[type[Exception], str] | None:
+    """A real number (Python or numpy float or int, via ``float()``; not a bool) that is finite and > 0."""
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        return TypeError, f"scale must be a real number (a positive finite float) or None, got {scale!r}"
+    try:
+        x = float(scale)
+    except OverflowError:  # an int past float's range
+        x = math.inf
+    if not (math.isfinite(x) and x > 0):
+        return ValueError, f"scale must be a positive finite float or None, got {scale!r}"
     return None
 
 
@@ -215,6 +220,9 @@ class _Ring(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, dout: torch.Tensor) -> tuple[Any, ...]:
+        # the engine runs a backward in grad mode exactly when create_graph=True
+        if torch.is_grad_enabled():
+            raise RuntimeError(_NO_DOUBLE_BACKWARD)
         q5, k4, v4, pos, o, lse, cu = ctx.saved_tensors
         causal, scale, group, world, rank, q_dtype, k_dtype, (b, s, hq, d) = ctx.meta
         hkv, dv = k4.shape[1], v4.shape[3]
@@ -276,19 +284,23 @@ def ring_attention(
         group: process group (default: the world when torch.distributed is initialized; without it the call is
             plain single-process attention).
         causal: mask key position > query position.
-        scale: score scale, default 1 / sqrt(d).
+        scale: score scale, default 1 / sqrt(d): a positive finite real number (numpy floats too).
         cu_seqlens: [n + 1] int32/int64 document offsets of the packed global sequence (last value =
             world_size * s); tokens attend only within their document.
 
     Returns:
-        [b, s, h_q, d_v] in q's dtype (computed in float64 for float64 inputs, else float32). Differentiable:
-        dq, dk, dv reach the ranks that own q, k, v (the backward runs the ring again; every rank must call it).
+        [b, s, h_q, d_v] in q's dtype (computed in float64 for float64 inputs, else float32). Differentiable
+        once: dq, dk, dv reach the ranks that own q, k, v (the backward runs the ring again; every rank must call
+        it). Double backward is refused (below).
 
     Raises:
         TypeError, ValueError: naming the argument and its value, on every rank (the ranks exchange a small
-            agreement record first, so one rank's bad argument cannot leave the others waiting).
+            agreement record first, so one rank's bad argument cannot leave the others waiting); also when this
+            process is not a member of ``group``.
+        RuntimeError: from the backward, when it runs with ``create_graph=True`` (second-order gradients are
+            not supported; refused on every rank before any communication, rather than silently wrong).
     """
-    world, rank = _group_info(group)
+    world, rank = group_info("ring_attention", group)
     problem = _local_problem(q, k, v, positions, causal, scale, cu_seqlens, world)
     dev = q.device if isinstance(q, torch.Tensor) else torch.device("cpu")
     fields = _meta(q, k, v, causal, cu_seqlens) if problem is None else [(n, 0) for n in _META]

@@ -21,19 +21,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ropekit.distributed.agree import FLOATS, agree
+from ropekit.distributed.agree import FLOATS, agree, group_info
 
 __all__ = ["heads_to_seq", "seq_to_heads"]
 
 _FIELDS = ("batch", "seq", "heads", "head_dim", "dtype")
-
-
-def _world(group: Any) -> int:
-    if not (dist.is_available() and dist.is_initialized()):
-        if group is not None:
-            raise ValueError(f"group={group!r} was given but torch.distributed is not initialized")
-        return 1
-    return dist.get_world_size(group)
 
 
 def _a2a(x: torch.Tensor, group: Any, world: int, split: int, cat: int) -> torch.Tensor:
@@ -54,7 +46,9 @@ class _SeqToHeads(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:
-        return _a2a(g.contiguous(), ctx.group, ctx.world, split=1, cat=2), None, None
+        # the adjoint is the inverse all-to-all, applied as the Function itself so that a backward with
+        # create_graph=True records it: the second-order gradients stay exact (a bare all-to-all has no history)
+        return _HeadsToSeq.apply(g.contiguous(), ctx.group, ctx.world), None, None  # type: ignore[no-untyped-call]
 
 
 class _HeadsToSeq(torch.autograd.Function):
@@ -65,7 +59,7 @@ class _HeadsToSeq(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:
-        return _a2a(g.contiguous(), ctx.group, ctx.world, split=2, cat=1), None, None
+        return _SeqToHeads.apply(g.contiguous(), ctx.group, ctx.world), None, None  # type: ignore[no-untyped-call]
 
 
 def _problem(x: object, dim: int, what: str, world: int) -> tuple[type[Exception], str] | None:
@@ -96,26 +90,28 @@ def _check(op: str, x: object, dim: int, what: str, group: Any, world: int) -> t
 def seq_to_heads(x: torch.Tensor, group: dist.ProcessGroup | None = None) -> torch.Tensor:
     """[b, s, h, d] sequence shard -> [b, W*s, h/W, d] (all ranks' shards in rank order, this rank's heads).
 
-    Differentiable (the backward is :func:`heads_to_seq`). Every rank of ``group`` must call it.
+    Differentiable to any order (the backward is :func:`heads_to_seq`, recorded under ``create_graph=True``).
+    Every rank of ``group`` must call it.
 
     Raises:
         TypeError, ValueError: x not a bshd float tensor, heads not divisible by the group size, or the ranks'
-            shapes or dtypes differ -- on every rank (they agree first, so none is left waiting).
+            shapes or dtypes differ -- on every rank (they agree first, so none is left waiting); this process
+            not a member of ``group`` (before any communication).
     """
-    world = _world(group)
+    world, _ = group_info("seq_to_heads", group)
     _check("seq_to_heads", x, 2, "heads", group, world)
     out: torch.Tensor = _SeqToHeads.apply(x.contiguous(), group, world)  # type: ignore[no-untyped-call]
     return out
 
 
 def heads_to_seq(x: torch.Tensor, group: dist.ProcessGroup | None = None) -> torch.Tensor:
-    """Inverse of :func:`seq_to_heads`: [b, W*s, h/W, d] -> [b, s, h, d]. Differentiable.
+    """Inverse of :func:`seq_to_heads`: [b, W*s, h/W, d] -> [b, s, h, d]. Differentiable to any order.
 
     Raises:
         TypeError, ValueError: x not a bshd float tensor, sequence not divisible by the group size, or the ranks'
-            shapes or dtypes differ -- on every rank.
+            shapes or dtypes differ -- on every rank; this process not a member of ``group``.
     """
-    world = _world(group)
+    world, _ = group_info("heads_to_seq", group)
     _check("heads_to_seq", x, 1, "sequence entries", group, world)
     out: torch.Tensor = _HeadsToSeq.apply(x.contiguous(), group, world)  # type: ignore[no-untyped-call]
     return out

@@ -13,6 +13,9 @@ Shapes: b batch, s sequence, t packed tokens, n documents.
 
 from __future__ import annotations
 
+import operator
+
+import numpy as np
 import torch
 
 from ropekit.phases import INT_DTYPES as _INT
@@ -23,14 +26,34 @@ __all__ = ["positions_from_cu_seqlens", "positions_from_mask", "positions_with_o
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 
 
+def check_int(name: str, value: object, low: int | None = None, *, kind: str = "an int") -> int:
+    """``value`` as an int: an int or an integer-like (numpy ints, 0-d integer tensors; ``operator.index``), not a
+    bool, and >= ``low`` when given. Shared by the position builders and :mod:`ropekit.distributed`.
+
+    Raises:
+        TypeError: not an integer (``kind`` says what was expected, e.g. "an int or a 1-D integer tensor").
+        ValueError: below ``low``.
+    """
+    if isinstance(value, (bool, np.bool_)) or (isinstance(value, torch.Tensor) and value.dtype == torch.bool):
+        raise TypeError(f"{name} must be {kind}, got {value!r}")
+    try:
+        n = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"{name} must be {kind}, got {value!r}") from None
+    if low is not None and n < low:
+        raise ValueError(f"{name} must be >= {low}, got {n}")
+    return n
+
+
 def positions_with_offset(
     seq_len: int, offset: int | torch.Tensor = 0, *, device: torch.device | str | None = None
 ) -> torch.Tensor:
     """Positions ``offset, offset + 1, ..., offset + seq_len - 1``.
 
     Args:
-        seq_len: number of new tokens (>= 0).
-        offset: an int (e.g. the KV-cache length), or an integer tensor [b] of per-sequence offsets.
+        seq_len: number of new tokens (>= 0): an int or an integer-like (numpy int, 0-d integer tensor).
+        offset: an int or a numpy int (e.g. the KV-cache length), or an integer tensor [b] of per-sequence
+            offsets.
         device: device of the result (default: the offset tensor's, else the default device).
 
     Returns:
@@ -38,10 +61,10 @@ def positions_with_offset(
 
     Raises:
         ValueError: a negative ``seq_len``, a bad offset tensor, or positions past int64 (they would wrap).
-        TypeError: an offset that is neither an int nor a tensor.
+        TypeError: a ``seq_len`` that is not an integer (a bool, a float), an offset that is neither an integer
+            nor a tensor.
     """
-    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 0:
-        raise ValueError(f"seq_len must be a non-negative int, got {seq_len!r}")
+    seq_len = check_int("seq_len", seq_len, 0)
     if isinstance(offset, torch.Tensor):
         if offset.dtype not in _INT or offset.dim() != 1:
             raise ValueError(
@@ -63,8 +86,7 @@ def positions_with_offset(
                     offset.max() <= limit, f"offset + seq_len - 1 must fit int64 (<= {_I64_MAX})"
                 )
         return offset.to(dev, torch.int64).unsqueeze(1) + torch.arange(seq_len, dtype=torch.int64, device=dev)
-    if isinstance(offset, bool) or not isinstance(offset, int):
-        raise TypeError(f"offset must be an int or a 1-D integer tensor, got {offset!r}")
+    offset = check_int("offset", offset, kind="an int or a 1-D integer tensor")
     if not _I64_MIN <= offset <= _I64_MAX - max(seq_len - 1, 0):
         raise ValueError(
             f"offset and offset + seq_len - 1 must fit int64 ([{_I64_MIN}, {_I64_MAX}]), got offset {offset} with "
@@ -80,7 +102,8 @@ def positions_from_mask(attention_mask: torch.Tensor, *, pad_position: int = 0) 
 
     Args:
         attention_mask: [b, s] bool or integer tensor of 0/1.
-        pad_position: position given to padding tokens (they are masked out of attention anyway).
+        pad_position: position given to padding tokens (they are masked out of attention anyway); an int or a
+            numpy int.
 
     Returns:
         int64 [b, s].
@@ -89,8 +112,7 @@ def positions_from_mask(attention_mask: torch.Tensor, *, pad_position: int = 0) 
         >>> positions_from_mask(torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1]])).tolist()
         [[0, 0, 0, 1], [0, 1, 2, 3]]
     """
-    if isinstance(pad_position, bool) or not isinstance(pad_position, int):
-        raise TypeError(f"pad_position must be an int, got {pad_position!r}")
+    pad_position = check_int("pad_position", pad_position)
     m = attention_mask
     if not isinstance(m, torch.Tensor) or m.dim() != 2:
         shape = tuple(m.shape) if isinstance(m, torch.Tensor) else type(m).__name__
@@ -122,7 +144,9 @@ def positions_from_cu_seqlens(cu_seqlens: torch.Tensor, *, total: int | None = N
         int64 [t] with t = cu_seqlens[-1], e.g. [0, 1, 2, 0, 1].
 
     Raises:
-        ValueError: a bad ``cu_seqlens`` (naming what is wrong), or ``total`` differing from its last entry.
+        TypeError: ``total`` not an int (numpy ints are ints; a bool or a float is not).
+        ValueError: a bad ``cu_seqlens`` (naming what is wrong), a negative ``total``, or ``total`` differing from
+            its last entry.
             Traced by ``torch.compile``, the value checks run on the device (``torch._assert_async``: a
             RuntimeError with the same wording when the graph runs).
     """
@@ -139,8 +163,8 @@ def packed_documents(
     if not isinstance(cu, torch.Tensor) or cu.dim() != 1 or cu.numel() < 1 or cu.dtype not in _INT:
         desc = f"{cu.dtype} of shape {tuple(cu.shape)}" if isinstance(cu, torch.Tensor) else type(cu).__name__
         raise ValueError(f"cu_seqlens must be a 1-D integer tensor [0, l0, l0 + l1, ...], got {desc}")
-    if total is not None and (isinstance(total, bool) or not isinstance(total, int) or total < 0):
-        raise ValueError(f"total must be a non-negative int (the token count), got {total!r}")
+    if total is not None:
+        total = check_int("total", total, 0, kind="an int (the token count) or None")
     cu = cu.to(torch.int64)
     if torch.compiler.is_compiling():
         if total is None:

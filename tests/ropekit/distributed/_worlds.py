@@ -39,6 +39,7 @@ SPEC = RopeSpec(head_dim=16, base=10000.0)
 B, HQ, HKV, D = 2, 4, 2, 16
 OFFSET = 1000  # a KV-cache/chunk offset: positions need not start at 0
 LAYOUTS = ("contiguous", "zigzag", "stripe")
+_OPS = ("seq_to_heads", "heads_to_seq", "ring_attention")
 
 
 def free_port() -> int:
@@ -236,6 +237,46 @@ def ulysses_case(world: int, rank: int) -> dict[str, Any]:
     }
 
 
+def second_order(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, attend: Attend
+) -> dict[str, torch.Tensor]:
+    """dq of sum(out * g) with create_graph=True, then the gradients of q, k, v of sum(dq * q) (a Hessian-vector
+    product plus dq itself: a missing second-order path shows as an error, not only as "no grad_fn")."""
+    q, k, v = (t.clone().requires_grad_() for t in (q, k, v))
+    (dq,) = torch.autograd.grad((attend(q, k, v) * g).sum(), q, create_graph=True)
+    # a lost path would read as zeros (allow_unused), the silent version of the bug
+    hq, hk, hv = torch.autograd.grad((dq * q).sum(), (q, k, v), allow_unused=True, materialize_grads=True)
+    return {"dq": dq.detach(), "hq": hq, "hk": hk, "hv": hv}
+
+
+def double_backward_case(world: int, rank: int) -> dict[str, Any]:
+    """Ulysses: exact second-order gradients through the all-to-alls; ring: create_graph=True refused everywhere."""
+    seq = 4 * world
+    gen = torch.Generator().manual_seed(19)
+    p = {
+        n: torch.randn(B, seq, h, D, generator=gen, dtype=torch.float64)
+        for n, h in zip("qkvg", (2 * world, world, world, 2 * world))
+    }
+    vis = visibility(seq, None, causal=True)
+    rows = oracle_rows("contiguous", seq, world, rank, None)
+    idx = torch.tensor(rows)
+
+    def ulysses(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return heads_to_seq(attention_oracle(seq_to_heads(q), seq_to_heads(k), seq_to_heads(v), vis))
+
+    ref = second_order(p["q"], p["k"], p["v"], p["g"], lambda q, k, v: attention_oracle(q, k, v, vis))
+    mine = second_order(*(p[n].index_select(1, idx) for n in "qkvg"), ulysses)
+    res: dict[str, Any] = {"double-backward/ulysses": max_errors(mine, ref, rows)}
+    x = torch.randn(1, 4, 2, 8, dtype=torch.float64, requires_grad=True)
+    pos = torch.arange(4) + 4 * rank
+    out = ring_attention(x, x, x, positions=pos)
+    msg = _raised(lambda: torch.autograd.grad(out.square().sum(), x, create_graph=True), Exception)
+    res["double-backward/ring"] = _everywhere(
+        msg.startswith("RuntimeError: ring_attention is differentiable once only")
+    )
+    return res
+
+
 def torch_cp_case(world: int, rank: int) -> dict[str, Any]:
     """PyTorch's context_parallel sharding order vs ropekit's zigzag (and its per-document balancer)."""
     try:
@@ -273,13 +314,26 @@ def subgroup_case(world: int, rank: int) -> dict[str, Any]:
     """ring_attention on a 2-rank subgroup of non-adjacent global ranks {1, 3} (group ranks != global ranks)."""
     members = [1, 3]
     group = dist.new_group(members)  # every rank must call new_group
+    # rank 0 is outside the group (new_group gave it torch's placeholder -100): refused before any communication,
+    # naming group (seq_to_heads used to fail inside torch with "chunk expects `chunks` > 0, got: -1")
+    ok = True
+    if rank not in members:
+        x = torch.randn(1, 4, 4, 8)
+        msgs = [
+            _raised(lambda: seq_to_heads(x, group), Exception),
+            _raised(lambda: heads_to_seq(x, group), Exception),
+            _raised(lambda: ring_attention(x, x, x, positions=torch.arange(4), group=group), Exception),
+        ]
+        want = f"ValueError: {{}}: this process (global rank {rank}) is not a member of group"
+        ok = all(m.startswith(want.format(op)) and "-100" not in m for m, op in zip(msgs, _OPS, strict=True))
+    res: dict[str, Any] = {"subgroup/non-member": _everywhere(ok)}
     seq = 16
     p = global_problem(seq, seed=17)
     ref = oracle(p, rope_positions(seq, None), visibility(seq, None, causal=True))
     if rank not in members:
         zero = torch.zeros(4, dtype=torch.float64)
         dist.all_reduce(zero, op=dist.ReduceOp.MAX)
-        return {}
+        return res
     sub = members.index(rank)
     rows = oracle_rows("zigzag", seq, 2, sub, None)
     pos = shard_positions(seq, 2, sub, "zigzag") + OFFSET
@@ -287,9 +341,8 @@ def subgroup_case(world: int, rank: int) -> dict[str, Any]:
     def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         return ring_attention(q, k, v, positions=pos, group=group)
 
-    return {
-        "subgroup/zigzag/float64": max_errors(sharded_run(p, rows, pos, attend, torch.float64), ref, rows)
-    }
+    res["subgroup/zigzag/float64"] = max_errors(sharded_run(p, rows, pos, attend, torch.float64), ref, rows)
+    return res
 
 
 def agreement_case(world: int, rank: int) -> dict[str, Any]:
@@ -309,11 +362,12 @@ def agreement_case(world: int, rank: int) -> dict[str, Any]:
     return res
 
 
-def _raised(fn: Callable[[], Any]) -> str:
+def _raised(fn: Callable[[], Any], exc: type[Exception] = ValueError) -> str:
+    """``"ErrorType: message"`` of what ``fn`` raises (``exc`` and subclasses), or "no error"."""
     try:
         fn()
-    except ValueError as e:
-        return str(e)
+    except exc as e:
+        return f"{type(e).__name__}: {e}"
     return "no error"
 
 
@@ -375,6 +429,7 @@ def run(rank: int, world: int, port: int, out: str) -> None:
         res.update(noncausal_case(world, rank))
         res.update(ulysses_case(world, rank))
         res.update(agreement_case(world, rank))
+        res.update(double_backward_case(world, rank))
         if world == 2:  # entering torch's context_parallel costs seconds; one world shows the order
             res.update(torch_cp_case(world, rank))
         if world == 4:

@@ -97,13 +97,33 @@ def test_packed_round_trip_and_restore_permutation() -> None:
     assert torch.argsort(concat).tolist() == [0, 1, 4, 5, 6, 7, 2, 3]  # reference: inverse for S=8, W=2
 
 
-def test_world_size_one_returns_everything_unchanged() -> None:
-    x = torch.randn(3, 10, 2)
-    for layout in LAYOUTS:
-        assert torch.equal(shard(x, 1, 0, layout), x)  # type: ignore[arg-type]
-        assert shard_positions(10, 1, 0, layout).tolist() == list(range(10))  # type: ignore[arg-type]
-        assert torch.equal(unshard([x], layout), x)  # type: ignore[arg-type]
-    assert torch.equal(shard(x, 1, 0, dim=-2), x)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("seq", [0, 1, 5, 7, 10])
+def test_world_size_one_is_the_identity_for_any_length(layout: str, seq: int) -> None:
+    """docs/distributed.md: with W = 1 every function returns its input unchanged -- odd lengths and documents of
+    any length included (zigzag used to demand seq_len % 2 == 0 and every document % 2 == 0 at W = 1)."""
+    x = torch.randn(3, seq, 2)
+    assert shard_indices(seq, 1, 0, layout).tolist() == list(range(seq))  # type: ignore[arg-type]
+    assert shard_positions(seq, 1, 0, layout).tolist() == list(range(seq))  # type: ignore[arg-type]
+    assert torch.equal(shard(x, 1, 0, layout), x)  # type: ignore[arg-type]
+    assert torch.equal(shard(x, 1, 0, layout, dim=-2), x)  # type: ignore[arg-type]
+    assert torch.equal(unshard([x], layout), x)  # type: ignore[arg-type]
+    # packed documents of odd lengths (an empty one too): rows unchanged, positions restart per document
+    cu = torch.tensor([0, *sorted({seq // 3, seq - 1}), seq]) if seq else torch.tensor([0, 0])
+    rows = shard_indices(seq, 1, 0, layout, cu_seqlens=cu)  # type: ignore[arg-type]
+    assert rows.tolist() == list(range(seq))
+    positions = shard_positions(seq, 1, 0, layout, cu_seqlens=cu)  # type: ignore[arg-type]
+    assert torch.equal(positions, positions_from_cu_seqlens(cu))
+    assert torch.equal(shard(x, 1, 0, layout, cu_seqlens=cu), x)  # type: ignore[arg-type]
+    assert torch.equal(unshard([x], layout, cu_seqlens=cu), x)  # type: ignore[arg-type]
+
+
+def test_world_size_two_still_needs_divisible_lengths() -> None:
+    """The W = 1 identity does not relax W > 1: zigzag's 2W rule holds for the sequence and each document."""
+    with pytest.raises(ValueError, match=r"2 \* world_size = 4; got seq_len=6"):
+        shard_positions(6, 2, 0)
+    with pytest.raises(ValueError, match=r"document 0 has length 2"):
+        shard_positions(8, 2, 0, cu_seqlens=torch.tensor([0, 2, 8]))
 
 
 def test_shard_does_not_modify_its_input() -> None:
@@ -189,6 +209,10 @@ def test_integer_likes_are_lengths_and_ranks() -> None:
     want = shard_positions(16, 2, 1)
     assert torch.equal(shard_positions(np.int64(16), np.int32(2), 1), want)
     assert torch.equal(shard_positions(torch.tensor(16), 2, torch.tensor(1)), want)
-    for bad in (True, 16.0, "16", torch.tensor(True)):
+    for bad in (True, np.bool_(True), 16.0, "16", torch.tensor(True)):
         with pytest.raises(TypeError, match="seq_len must be an int"):
             shard_positions(bad, 2, 0)  # type: ignore[arg-type]
+    x = torch.arange(16).view(1, 16)
+    assert torch.equal(shard(x, 2, 1, dim=np.int64(1)), want.view(1, 8))  # dim too, like the lengths
+    with pytest.raises(TypeError, match=r"dim must be an int, got 1.0"):
+        shard(x, 2, 1, dim=1.0)  # type: ignore[arg-type]

@@ -6,7 +6,9 @@ Oracle: softmax attention written here from the definition (float64), masks from
 from __future__ import annotations
 
 import math
+import re
 
+import numpy as np
 import pytest
 import torch
 
@@ -104,6 +106,56 @@ def test_gradients_match_the_oracle_autograd() -> None:
     ref = torch.autograd.grad((attention(q, k, v, pos[None, :] <= pos[:, None]) * g).sum(), (q, k, v))
     for a, b in zip(grads, ref):
         assert (a - b).abs().max() < 1e-13
+
+
+@pytest.mark.filterwarnings("ignore:Using backward\\(\\) with create_graph=True:UserWarning")
+def test_double_backward_is_refused() -> None:
+    """The single-process call runs the same autograd.Function as the ring (world 1). Its backward builds no graph
+    (detached float copies, received blocks), so create_graph=True used to return silently wrong second-order
+    gradients (tests/ropekit/distributed/test_ring_worlds.py checks W = 2, 4); it is refused, naming the function.
+    Without create_graph the gradients are unchanged."""
+    q, k, v = (t.requires_grad_() for t in qkv())
+    pos = torch.arange(12)
+    out = ring_attention(q, k, v, positions=pos)
+    want = r"ring_attention is differentiable once only: its backward was called with create_graph=True"
+    with pytest.raises(RuntimeError, match=want):
+        torch.autograd.grad(out.square().sum(), q, create_graph=True)
+    with pytest.raises(RuntimeError, match=want):
+        out.square().sum().backward(create_graph=True)
+    (dq,) = torch.autograd.grad(ring_attention(q, k, v, positions=pos).square().sum(), q)
+    ref = attention(q, k, v, pos[None, :] <= pos[:, None])
+    assert (dq - torch.autograd.grad(ref.square().sum(), q)[0]).abs().max() < 1e-13
+
+
+@pytest.mark.parametrize("scale", [np.float32(0.3), np.float64(0.3), np.int64(2), 0.3, 2])
+def test_scale_takes_real_numbers(scale: object) -> None:
+    """numpy floats and ints are real numbers (float()), as numpy ints are ints for the layouts."""
+    q, k, v = qkv()
+    pos = torch.arange(12)
+    out = ring_attention(q, k, v, positions=pos, scale=scale)  # type: ignore[arg-type]
+    assert (out - attention(q, k, v, pos[None, :] <= pos[:, None], scale=float(scale))).abs().max() < 1e-14  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("scale", "err"),
+    [
+        (True, TypeError),
+        (np.bool_(True), TypeError),
+        ("0.3", TypeError),
+        (1j, TypeError),
+        (torch.tensor(0.3), TypeError),
+        (0, ValueError),
+        (np.float32(-0.5), ValueError),
+        (np.float64("nan"), ValueError),
+        (float("inf"), ValueError),
+        pytest.param(10**400, ValueError, id="10**400"),
+    ],
+)
+def test_scale_errors(scale: object, err: type[Exception]) -> None:
+    """A wrong type is a TypeError, a real number that is not positive and finite a ValueError; both name it."""
+    q, k, v = qkv()
+    with pytest.raises(err, match=r"scale must be a .* or None, got " + re.escape(repr(scale))):
+        ring_attention(q, k, v, positions=torch.arange(12), scale=scale)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

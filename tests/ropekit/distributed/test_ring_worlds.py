@@ -90,6 +90,24 @@ def test_one_bad_rank_raises_everywhere(world: int, tmp_path_factory: pytest.Tem
         assert results(world, tmp_path_factory)[f"disagree/{case}"], case
 
 
+@pytest.mark.parametrize("world", WORLDS)
+def test_double_backward(world: int, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Ulysses' all-to-alls are differentiable twice: dq and the gradients of sum(dq * q) equal the oracle's
+    (they used to lose the second-order path silently); ring_attention refuses create_graph=True on every rank
+    (its second-order gradients used to be silently wrong)."""
+    res = results(world, tmp_path_factory)
+    assert res["double-backward/ring"], "ring_attention did not refuse create_graph=True on every rank"
+    errs = res["double-backward/ulysses"]
+    assert set(errs) == {"dq", "hq", "hk", "hv"}
+    assert max(errs.values()) <= 1e-10, errs
+
+
+def test_non_member_of_group_is_refused(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Rank 0 of a 4-process world calls seq_to_heads, heads_to_seq and ring_attention with the group {1, 3}:
+    ValueError naming group and this process, not torch's -100 placeholder or "chunk expects chunks > 0"."""
+    assert results(4, tmp_path_factory)["subgroup/non-member"]
+
+
 def test_ring_on_a_subgroup(tmp_path_factory: pytest.TempPathFactory) -> None:
     """group= with global ranks {1, 3} of a 4-process world: peers are mapped to global ranks."""
     errs = results(4, tmp_path_factory)["subgroup/zigzag/float64"]
