@@ -20,6 +20,7 @@ Shapes: N tokens.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 
 import torch
@@ -35,15 +36,16 @@ _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 
 def _check_real_start(start: object) -> float:
     """``start`` of float64 positions as a float: a finite real number (not bool) below 2^53 in magnitude."""
-    if isinstance(start, bool) or not isinstance(start, (int, float)):
+    if isinstance(start, bool) or not isinstance(start, numbers.Real):
         raise TypeError(f"start must be a finite real number, got {start!r} ({type(start).__name__})")
-    if isinstance(start, float) and not math.isfinite(start):
+    v = int(start) if isinstance(start, numbers.Integral) else float(start)
+    if isinstance(v, float) and not math.isfinite(v):
         raise ValueError(f"start must be a finite real number, got {start!r}")
-    if abs(start) >= _F64_STEP:
+    if abs(v) >= _F64_STEP:
         raise ValueError(
             f"start must be below 2^53 in magnitude (float64 positions past it cannot step by 1), got {start!r}"
         )
-    return float(start)
+    return float(v)
 
 
 def _check_steps(out: torch.Tensor, name: str) -> torch.Tensor:
@@ -114,14 +116,14 @@ def time_positions(
             raise ValueError("timestamps must be finite")
     if (
         isinstance(scale, bool)
-        or not isinstance(scale, (int, float))
+        or not isinstance(scale, numbers.Real)
         or not (math.isfinite(scale) and scale > 0)
     ):
         raise ValueError(f"scale must be a finite number > 0, got {scale!r}")
     if reference is not None and (
         isinstance(reference, bool)
-        or not isinstance(reference, (int, float))
-        or (isinstance(reference, float) and not math.isfinite(reference))
+        or not isinstance(reference, numbers.Real)
+        or (not isinstance(reference, numbers.Integral) and not math.isfinite(reference))
     ):
         raise ValueError(f"reference must be a finite number or None, got {reference!r}")
     if not t.is_floating_point():
@@ -191,7 +193,7 @@ def v2pe_positions(segments: Sequence[tuple[str, int]], delta: float, *, start: 
         >>> v2pe_positions([("text", 2), ("visual", 4), ("text", 1)], 0.25).tolist()
         [0.0, 1.0, 2.0, 2.25, 2.5, 2.75, 3.0]
     """
-    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0.0 < delta <= 1.0:
+    if isinstance(delta, bool) or not isinstance(delta, numbers.Real) or not 0.0 < delta <= 1.0:
         raise ValueError(f"delta must be a number in (0, 1], got {delta!r}")
     cur = _check_real_start(start)
     out: list[float] = []

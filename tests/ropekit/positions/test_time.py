@@ -8,6 +8,7 @@ import math
 from fractions import Fraction
 
 import mpmath
+import numpy as np
 import pytest
 import torch
 
@@ -171,3 +172,20 @@ def test_real_valued_phases_exact_against_mpmath(p: float) -> None:
     c1, _ = rope_tables(pos[0], dataclasses.replace(spec, axes=None), dtype=torch.float64)
     t_bands = list(spec.axes.bands_of("t"))  # type: ignore[union-attr]
     assert torch.equal(cos[0, t_bands], c1[0, t_bands])
+
+
+@pytest.mark.parametrize("num", [np.float32, np.float64, np.int64])
+def test_numpy_numbers_are_numbers(num: type) -> None:
+    """reference, scale, delta and start taken from numpy arrays (np.float32 is not a Python float) give the same
+    positions as the Python numbers of the same value; bools stay refused."""
+    ts = torch.tensor([10, 20, 35])
+    want = time_positions(ts, reference=float(num(5)), scale=float(num(2)))
+    assert torch.equal(time_positions(ts, reference=num(5), scale=num(2)), want)
+    segs = [("text", 2), ("visual", 2)]
+    delta = 0.25 if num is np.int64 else num(0.25)
+    assert (
+        v2pe_positions(segs, delta, start=num(3)).tolist()
+        == v2pe_positions(segs, float(delta), start=3.0).tolist()
+    )
+    with pytest.raises(ValueError, match="scale"):
+        time_positions(ts, scale=np.bool_(True))
