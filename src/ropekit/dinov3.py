@@ -36,6 +36,7 @@ from ropekit.positions.grid import (
     with_prefix,
 )
 from ropekit.presets_vl import dinov3_spec
+from ropekit.rotation.apply import _validate
 
 __all__ = ["DinoV3Rotary"]
 
@@ -119,9 +120,16 @@ class DinoV3Rotary(nn.Module):
 
     def positions(self, grid: tuple[int, int]) -> torch.Tensor:
         """float64 [2, n_prefix + H*W] (rows, cols): prefix at 0, then the (augmented, in training) grid."""
+        return self._augmented(self._grid(grid))
+
+    def _grid(self, grid: tuple[int, int]) -> torch.Tensor:
+        """The plain grid [2, H*W] (validates ``grid``; draws nothing)."""
         if not isinstance(grid, (tuple, list)) or len(grid) != 2:
             raise ValueError(f"grid must be (H, W), got {grid!r}")
-        coords = normalized_grid(grid[0], grid[1], normalize=self.normalize)
+        return normalized_grid(grid[0], grid[1], normalize=self.normalize)
+
+    def _augmented(self, coords: torch.Tensor) -> torch.Tensor:
+        """The grid augmented in training mode (one draw, advancing :attr:`rng_state`), after the prefix."""
         if self.training and _augmentation_draws(self.shift, self.jitter, self.rescale):
             sh, ji, re = self.shift, self.jitter, self.rescale
             u = _draw(self.rng_state, 0 if sh is None else 2, 0 if ji is None else 2, 0 if re is None else 1)
@@ -131,15 +139,22 @@ class DinoV3Rotary(nn.Module):
     def forward(
         self, q: torch.Tensor, k: torch.Tensor | None = None, *, grid: tuple[int, int]
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Rotate q (and k) for an H x W patch grid after ``n_prefix`` unrotated tokens."""
-        pos = self.positions(grid)
+        """Rotate q (and k) for an H x W patch grid after ``n_prefix`` unrotated tokens.
+
+        Raises:
+            TypeError, ValueError: naming the argument, as :func:`ropekit.apply_rope` does (q or k not a tensor,
+            not a 4-D floating tensor of the module's format and head_dim, k unlike q in batch, tokens or
+            device), ``grid`` not (H, W), or q's tokens not ``n_prefix + H*W`` -- before the augmentations draw.
+        """
+        _validate(q, k, None, self.spec, self.format, False, "auto")
+        coords = self._grid(grid)
         seq = q.shape[1] if self.format == "bshd" else q.shape[2]
-        if q.dim() != 4 or seq != pos.shape[1]:
+        if seq != self.n_prefix + coords.shape[1]:
             raise ValueError(
-                f"q must be a 4-D {self.format} tensor with n_prefix + H*W = {pos.shape[1]} tokens for "
-                f"grid={tuple(grid)}, got shape {tuple(q.shape)}"
+                f"q must be a 4-D {self.format} tensor with n_prefix + H*W = {self.n_prefix + coords.shape[1]} "
+                f"tokens for grid={tuple(grid)}, got shape {tuple(q.shape)}"
             )
-        return apply_rope_axes(q, k, pos, self.spec, format=self.format)
+        return apply_rope_axes(q, k, self._augmented(coords), self.spec, format=self.format)
 
     def extra_repr(self) -> str:
         return (

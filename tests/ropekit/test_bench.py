@@ -32,7 +32,8 @@ def test_quick_matrix_json_schema() -> None:
     with redirect_stdout(out), redirect_stderr(err):
         assert main(["bench", "--quick", "--json", "--rounds", "1"]) == 0
     rep = json.loads(out.getvalue())
-    assert set(rep) == {"machine", "modes", "results"} and rep["modes"] == ["matrix"]
+    assert set(rep) == {"machine", "modes", "rounds", "results"} and rep["modes"] == ["matrix"]
+    assert rep["rounds"] == 1
     assert {"torch", "cpu_count", "torch_threads", "cpu_kernel"} <= set(rep["machine"])
     cases = {r["case"] for r in rep["results"]}
     assert cases == {c.name for c in bench.cases(quick=True)}
@@ -60,6 +61,50 @@ def test_cache_write_mode_writes_json(tmp_path: Path, monkeypatch: pytest.Monkey
     fused = {r["case"] for r in rep["results"] if r["impl"] == "ropekit fused (tables given)"}
     assert fused == cases
     assert "[cache-write] cache write paged decode fp32" in out.getvalue()
+
+
+@pytest.mark.parametrize("rounds", ["0", "-1", "x"])
+def test_rounds_must_be_positive(rounds: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Refused while parsing, before any work (-1 failed after the warm-up with "no median for empty data", 0 ran
+    the default rounds)."""
+
+    def refuse(**_: object) -> None:
+        raise AssertionError("bench ran")
+
+    monkeypatch.setattr(bench, "run", refuse)
+    err = io.StringIO()
+    with redirect_stderr(err), pytest.raises(SystemExit) as e:
+        main(["bench", "--quick", "--rounds", rounds])
+    assert e.value.code == 2
+    want = repr(rounds) if rounds == "x" else rounds
+    assert f"error: argument --rounds: expected a positive int, got {want}" in err.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("rounds", "error"), [(0, ValueError), (-2, ValueError), (1.5, TypeError), (True, TypeError)]
+)
+def test_run_refuses_bad_rounds(rounds: object, error: type, monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*_: object, **__: object) -> None:
+        raise AssertionError("bench timed something")
+
+    monkeypatch.setattr(bench, "run_cases", refuse)
+    with pytest.raises(error, match=f"rounds must be a positive int or None, got .*{rounds!r}"):
+        bench.run(quick=True, rounds=rounds, modes=["decode"])  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("argv", "used"), [([], 5), (["--rounds", "3"], 3)])
+def test_json_records_the_rounds_used(argv: list[str], used: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[int] = []
+
+    def fake_cases(cases: object, *, rounds: int, **_: object) -> list[dict[str, object]]:
+        seen.append(rounds)
+        return []
+
+    monkeypatch.setattr(bench, "run_cases", fake_cases)
+    out = io.StringIO()
+    with redirect_stdout(out), redirect_stderr(io.StringIO()):
+        assert main(["bench", "--quick", "--mode", "decode", "--json", *argv]) == 0
+    assert seen == [used] and json.loads(out.getvalue())["rounds"] == used
 
 
 def test_unknown_mode_refused() -> None:

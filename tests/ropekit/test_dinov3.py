@@ -144,6 +144,34 @@ def test_wrong_token_count_is_refused() -> None:
         DinoV3Rotary(D).eval()(torch.zeros(1, 12, 2, D), None, grid=(3, 4))
 
 
+@pytest.mark.parametrize(
+    ("q", "k", "error", "match"),
+    [
+        ([[0.0] * D], None, TypeError, "q must be a torch.Tensor, got list"),
+        (torch.zeros(1, 2, 2, D), [0.0], TypeError, "k must be a torch.Tensor, got list"),
+        (torch.zeros(2, D), None, ValueError, r"q must have shape .* got shape \(2, 16\)"),
+        (
+            torch.zeros(1, 2, 2, D),
+            torch.zeros(1, 3, 2, D),
+            ValueError,
+            "k must match q in batch and sequence",
+        ),
+        (torch.zeros(1, 3, 2, D), None, ValueError, r"n_prefix \+ H\*W = 2 tokens"),
+    ],
+    ids=["q-list", "k-list", "q-2d", "k-tokens", "q-tokens"],
+)
+def test_bad_q_and_k_are_refused_before_the_draw(q: object, k: object, error: type, match: str) -> None:
+    """Each named, and refused before the augmentations draw (rng_state unchanged); a list q was an
+    AttributeError."""
+    rope = DinoV3Rotary(D, rescale=2.0).train()
+    state = rope.rng_state.clone()
+    with pytest.raises(error, match=match):
+        rope(q, k, grid=(1, 1))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"grid must be \(H, W\)"):
+        rope(torch.zeros(1, 2, 2, D), None, grid=(1,))  # type: ignore[arg-type]
+    assert torch.equal(rope.rng_state, state)
+
+
 @pytest.mark.parametrize("name", ["shift", "jitter", "rescale"])
 @pytest.mark.parametrize("value", [float("inf"), float("nan")])
 def test_non_finite_augmentations_are_refused_at_construction(name: str, value: float) -> None:

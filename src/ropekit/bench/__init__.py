@@ -43,7 +43,16 @@ def run(
     progress: Callable[[str], None] | None = None,
     modes: Sequence[str] = ("matrix",),
 ) -> dict[str, Any]:
-    """Run the modes; returns {"machine": {...}, "results": [row, ...]} (rows: :func:`ropekit.bench.timing.rows`)."""
+    """Run the modes; returns {"machine": {...}, "modes": [...], "rounds": N, "results": [row, ...]} (rows:
+    :func:`ropekit.bench.timing.rows`).
+
+    ``rounds``: timed rounds per implementation, a positive int (None: 5 with ``quick``, else 15); the report
+    records the number used. Bad arguments raise (TypeError / ValueError) before anything is timed.
+    """
+    if rounds is not None and (isinstance(rounds, bool) or not isinstance(rounds, int)):
+        raise TypeError(f"rounds must be a positive int or None, got {type(rounds).__name__} {rounds!r}")
+    if rounds is not None and rounds < 1:
+        raise ValueError(f"rounds must be a positive int or None, got {rounds}")
     selected = list(dict.fromkeys(m for mode in modes for m in (ALL if mode == "all" else (mode,))))
     for m in selected:
         if m not in MODES:
@@ -54,7 +63,8 @@ def run(
             f"bench modes {', '.join(cpu_only)} run on the CPU only (busy, cache-write, extension, axes, hf, lab), "
             f"got device {device!r}"
         )
-    rounds = rounds or (5 if quick else 15)
+    if rounds is None:
+        rounds = 5 if quick else 15
     results: list[dict[str, Any]] = []
     if "matrix" in selected:
         results += run_cases(
@@ -94,7 +104,12 @@ def run(
         from ropekit.bench.lab import run_lab
 
         results += run_lab(quick=quick, rounds=rounds, progress=progress)
-    report: dict[str, Any] = {"machine": machine_info(device), "modes": selected, "results": results}
+    report: dict[str, Any] = {
+        "machine": machine_info(device),
+        "modes": selected,
+        "rounds": rounds,
+        "results": results,
+    }
     if axes_summary is not None:
         report["axes_worst_ratio_to_1d"] = axes_summary
     if cold is not None:

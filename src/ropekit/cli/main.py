@@ -22,6 +22,17 @@ __all__ = ["DEFAULT_COMPARE", "build_parser", "main"]
 DEFAULT_COMPARE = ",".join(SCHEMES)
 
 
+def _positive_int(text: str) -> int:
+    """argparse type of a count: argparse names the option ("argument --rounds: ...") and exits with status 2."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive int, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive int, got {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ropekit", description="Rotary position embeddings, explained and exact."
@@ -51,7 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--device", choices=("cpu", "cuda"), default="cpu", help="device to benchmark (default cpu)"
     )
     pb.add_argument(
-        "--rounds", type=int, default=None, help="timed rounds per implementation (default 5 quick, 15 full)"
+        "--rounds",
+        type=_positive_int,
+        default=None,
+        help="timed rounds per implementation, >= 1 (default 5 quick, 15 full)",
     )
     pb.add_argument(
         "--mode",
@@ -165,7 +179,7 @@ def _lab(args: argparse.Namespace) -> int:
     given = [f"--{n.replace('_', '-')} {getattr(args, n)}" for n in unused if getattr(args, n) != defaults[n]]
     if given:
         raise ValueError(f"lab {args.experiment} does not take {', '.join(given)} ({why})")
-    check_out_dir("--out", Path(args.out))  # before training, not after
+    check_out_dir("--out", args.out)  # before training, not after
     kw: dict[str, Any] = {}
     if args.encodings is not None:
         from ropekit.lab.encodings import ENCODINGS
@@ -218,15 +232,15 @@ def _bench(args: argparse.Namespace) -> int:
 
         if not torch.cuda.is_available():
             raise ValueError("--device cuda: no CUDA device is available")
-    if args.out:
-        check_out_file("--out", Path(args.out))  # before minutes of timing, not after
+    if args.out is not None:
+        check_out_file("--out", args.out)  # before minutes of timing, not after
     progress = None if args.json else (lambda name: print(f"... {name}", file=sys.stderr, flush=True))
     modes = args.mode or ["matrix"]
     report = bench.run(
         quick=args.quick, device=args.device, rounds=args.rounds, progress=progress, modes=modes
     )
     print(json.dumps(report, indent=2) if args.json else bench.format_table(report))
-    if args.out:
+    if args.out is not None:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         with open(args.out, "w") as f:
             json.dump(report, f, indent=2)

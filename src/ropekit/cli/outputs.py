@@ -33,8 +33,16 @@ def _check_parent(flag: str, path: Path, what: str) -> None:
         raise ValueError(f"{flag} {str(path)!r}: the folder {str(anchor)!r} is not writable")
 
 
-def check_out_dir(flag: str, path: Path) -> None:
-    """``path`` is a writable folder, or one that can be created (with its parents)."""
+def _path(flag: str, value: str | Path, what: str) -> Path:
+    """The path of a flag's value; an empty value (``--out "$UNSET"``) is refused, not read as the current folder."""
+    if isinstance(value, str) and not value:
+        raise ValueError(f"{flag} '': expected a {what} name, got an empty string")
+    return Path(value)
+
+
+def check_out_dir(flag: str, value: str | Path) -> None:
+    """``value`` names a writable folder, or one that can be created (with its parents)."""
+    path = _path(flag, value, "folder")
     if path.exists():
         if not path.is_dir():
             raise ValueError(
@@ -46,8 +54,9 @@ def check_out_dir(flag: str, path: Path) -> None:
     _check_parent(flag, path, "folder")
 
 
-def check_out_file(flag: str, path: Path) -> None:
-    """``path`` is a writable file, or one that can be created (its folder is created if missing)."""
+def check_out_file(flag: str, value: str | Path) -> None:
+    """``value`` names a writable file, or one that can be created (its folder is created if missing)."""
+    path = _path(flag, value, "file")
     if path.exists():
         if path.is_dir():
             raise ValueError(f"{flag} {str(path)!r} is a folder (expected a file name)")

@@ -42,7 +42,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
 
     if args.context is not None and (args.context < 1):
         raise ValueError(f"--context must be a positive int, got {args.context}")
-    check_out_dir("--out", Path(args.out))  # before the figures are built, not after
+    check_out_dir("--out", args.out)  # before the figures are built, not after
     t0 = time.perf_counter()
     source = resolve(args.source)
     if args.context is not None:

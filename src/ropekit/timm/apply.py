@@ -8,7 +8,9 @@ tables on ``emb`` (:data:`ropekit.timm.tables.TAG`), or on the tensor it is a vi
 the fused CPU kernel on CPU, Triton on CUDA); RoPE-Mixed tables that carry a gradient for the learned frequencies
 are rotated by :class:`ropekit.MixedRotary`'s differentiable rotation instead (the fused kernels take fixed
 tables). Otherwise -- an unpatched model, or an embedding the model rebuilt (patch dropout's gather, NaFlexViT's
-per-sample batch) -- the original function runs; the embedding then still holds ropekit's values.
+per-sample batch), any other view of it (one token's row), float64 x -- the original function runs; the embedding
+then still holds ropekit's values. Under ``torch.compile`` a depth slice's tables are not found (dynamo does not
+carry the tag to ``emb._base``), so timm's function rotates RoPE-Mixed models there (docs/vision.md).
 
 Shapes: x [B, h, N, D]; compact tables [N, n] (axial) or [h, N, n] (Mixed, one depth), n = D / 2.
 """
@@ -34,8 +36,15 @@ CALLS: Counter[str] = Counter()
 
 
 @functools.lru_cache(maxsize=64)
-def _geometry(head_dim: int, layout: str) -> RopeSpec:
+def _cached_geometry(head_dim: int, layout: str) -> RopeSpec:
     return RopeSpec(head_dim=head_dim, layout=layout)  # type: ignore[arg-type]
+
+
+def _geometry(head_dim: int, layout: str) -> RopeSpec:
+    """The rotation's spec; built anew while dynamo traces (a call into an ``lru_cache`` there draws its warning)."""
+    if torch.compiler.is_compiling():
+        return _cached_geometry.__wrapped__(head_dim, layout)
+    return _cached_geometry(head_dim, layout)
 
 
 def find_tables(emb: Any) -> tuple[torch.Tensor, torch.Tensor, str] | None:
@@ -47,7 +56,8 @@ def find_tables(emb: Any) -> tuple[torch.Tensor, torch.Tensor, str] | None:
         return info.cos, info.sin, info.layout
     base = emb._base
     info = None if base is None else getattr(base, TAG, None)
-    if info is None or base is None or emb.dim() != base.dim() - 1 or base.stride(0) <= 0:
+    # a depth slice [heads, N, 2D] of Mixed's [depth, heads, N, 2D]; other views (a token's row) go to timm
+    if info is None or base is None or info.cos.dim() != 4 or emb.dim() != 3 or base.stride(0) <= 0:
         return None
     if tuple(emb.shape) != tuple(base.shape[1:]) or emb.stride() != base.stride()[1:]:
         return None

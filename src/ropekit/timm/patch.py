@@ -16,8 +16,14 @@ dtype, values within 1e-5 plus float32 rounding of timm's angle) and the wrapper
 A module that fails, a class ropekit refuses (:data:`REFUSED`) or a rotary-looking module ropekit does not know
 raises ``ValueError`` naming each, with the model untouched.
 
-``patch`` is idempotent; ``unpatch`` restores the original classes and, once no patched model is alive, the
-original ``apply_rot_embed_cat`` everywhere: the model is then bit-identical to one never patched.
+``patch`` is idempotent; ``unpatch`` restores the original classes and, once no patched rotary module is
+registered, the original ``apply_rot_embed_cat`` everywhere: the model is then bit-identical to one never patched.
+A patched model pickles (``torch.save``; loaded in another process where ropekit is importable) and deep-copies as
+a model patched on its own: its rotary modules register themselves when restored (:mod:`ropekit.timm.rotary`).
+
+Under ``torch.compile`` axial and DINOv3 models rotate with ropekit; RoPE-Mixed models rotate with timm's own
+``apply_rot_embed_cat`` arithmetic on ropekit's tables (dynamo does not carry ropekit's tag from the embedding to the
+depth slices the model passes to its blocks), with outputs equal to eager within float32 rounding (docs/vision.md).
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import contextlib
 import copy
 import sys
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,7 +60,7 @@ _RECORD = "_ropekit_timm_patch"
 _PROBE = (3, 5)
 _FN = "apply_rot_embed_cat"
 _LOW = (torch.float16, torch.bfloat16)
-#: state of the wrapped function: [original, wrapper, the patched models (weakly)]
+#: state of the wrapped function: [original, wrapper, the patched rotary modules (weakly)]
 _STATE: list[Any] = []
 
 
@@ -143,7 +149,8 @@ def _verify(m: nn.Module, kind: str, spec: RopeSpec | None) -> str | None:
                     continue
                 emb_r, emb_g = (r[0], g[0]) if kind == "mixed" else (r, g)  # one depth for Mixed
                 heads = emb_r.shape[0] if emb_r.dim() == 3 else 2
-                x = torch.randn(2, heads, emb_r.shape[-2], emb_r.shape[-1] // 2, generator=gen).to(dev)
+                x = torch.randn(2, heads, emb_r.shape[-2], emb_r.shape[-1] // 2, generator=gen)
+                x = x.to(dev, emb_r.dtype)  # q and k in the embedding's dtype, as in the model's own forward
                 half = kind == "mrope" or (kind == "dinov3" and bool(m.rotate_half))
                 why = _compare(
                     original(x, emb_r, half=half),
@@ -169,9 +176,11 @@ def _verify(m: nn.Module, kind: str, spec: RopeSpec | None) -> str | None:
 def _plan(model: nn.Module) -> list[tuple[nn.Module, str, RopeSpec | None]]:
     todo: list[tuple[nn.Module, str, RopeSpec | None]] = []
     refused: list[str] = []
+    already = 0
     for name, m in model.named_modules():
         cls = type(m)
         if isinstance(m, RopekitTimmRotary):
+            already += 1  # patched through patch() of a module holding it: left as it is
             continue
         where = f"{name or type(model).__name__} ({cls.__name__})"
         qn = _qualname(cls)
@@ -208,7 +217,7 @@ def _plan(model: nn.Module) -> list[tuple[nn.Module, str, RopeSpec | None]]:
         raise ValueError(
             "ropekit.timm.patch refuses this model (nothing was modified):\n  " + "\n  ".join(refused)
         )
-    if not todo:
+    if not todo and not already:
         raise ValueError(
             f"ropekit.timm.patch found no timm rotary module in {type(model).__name__} "
             f"(ropekit patches {sorted(c.rsplit('.', 1)[1] for c in SUPPORTED_CLASSES)})"
@@ -216,24 +225,27 @@ def _plan(model: nn.Module) -> list[tuple[nn.Module, str, RopeSpec | None]]:
     return todo
 
 
-def _install(model: nn.Module) -> None:
-    """Wrap apply_rot_embed_cat in every loaded timm module that holds the original."""
+def _adopt(modules: Iterable[object]) -> None:
+    """Register patched rotary modules and wrap apply_rot_embed_cat in every loaded timm module that holds the
+    original (also a module unpickled or deep-copied: ``RopekitTimmRotary.__setstate__``)."""
     if not _STATE:
         original = _original_fn()
         _STATE.extend([original, make_rotate_cat(original), weakref.WeakSet()])
-    original, wrapper, models = _STATE
+    original, wrapper, live = _STATE
     for mod_name, mod in list(sys.modules.items()):
         if (mod_name == "timm" or mod_name.startswith("timm.")) and getattr(mod, _FN, None) is original:
             setattr(mod, _FN, wrapper)
-    models.add(model)
+    live.update(modules)
 
 
-def _uninstall(model: nn.Module) -> None:
+def _release(modules: Iterable[object]) -> None:
+    """Unregister rotary modules; the original apply_rot_embed_cat once no patched module is left."""
     if not _STATE:
         return
-    original, wrapper, models = _STATE
-    models.discard(model)
-    if len(models):
+    original, wrapper, live = _STATE
+    for m in modules:
+        live.discard(m)
+    if len(live):
         return
     for mod_name, mod in list(sys.modules.items()):
         if (mod_name == "timm" or mod_name.startswith("timm.")) and getattr(mod, _FN, None) is wrapper:
@@ -241,8 +253,20 @@ def _uninstall(model: nn.Module) -> None:
     _STATE.clear()
 
 
+def _check_model(model: object) -> None:
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+
+
 def patch(model: nn.Module) -> nn.Module:
     """Make a timm model compute its rotary embeddings and rotations with ropekit; returns the model.
+
+    Rotary modules patched already (by ``patch`` of a module inside ``model``) are left as they are: when every one
+    is, there is nothing to do and ``model`` is returned unchanged, as for a model patched before.
+
+    Where timm's own arithmetic still rotates ropekit's tables (float64 q and k, tables that are not float32, an
+    embedding rebuilt by the model, and RoPE-Mixed models under ``torch.compile``, whose results equal eager
+    within float32 rounding): see the module docstring and docs/vision.md.
 
     Args:
         model: a timm model (``timm.create_model(...)``) or any module holding timm rotary modules.
@@ -252,36 +276,44 @@ def patch(model: nn.Module) -> nn.Module:
         ValueError: a rotary module ropekit refuses or cannot verify, or none at all (the message names each
             module and why). Nothing is modified then.
     """
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    if _RECORD in model.__dict__:
-        return model  # idempotent
+    _check_model(model)
+    record: _Record | None = model.__dict__.get(_RECORD)
+    if record is not None:  # idempotent (a deep copy or an unpickled model is registered already)
+        _adopt([m for m, _ in record.modules])
+        return model
     if _HOME not in sys.modules:
         raise ValueError("ropekit.timm.patch: timm is not imported; build the model with timm first")
     todo = _plan(model)
+    if not todo:  # every rotary module in it is patched already, through patch() of a module that holds it
+        return model
     record = _Record()
     for m, kind, spec in todo:  # every check passed: modify
         original = type(m)
         m.__class__ = ropekit_class(original, kind)
         m._ropekit_spec = spec  # type: ignore[assignment]
         record.modules.append((m, original))
-    _install(model)
+    _adopt([m for m, _ in record.modules])
     model.__dict__[_RECORD] = record
     return model
 
 
 def unpatch(model: nn.Module) -> nn.Module:
-    """Undo :func:`patch` (original classes; the original ``apply_rot_embed_cat`` once no patched model is left).
+    """Undo :func:`patch` (original classes; the original ``apply_rot_embed_cat`` once no patched module is left).
 
-    A model that is not patched is returned unchanged.
+    A model that is not patched is returned unchanged; so is one whose rotary modules were patched through
+    :func:`patch` of a module inside it (unpatch that module).
+
+    Raises:
+        TypeError: ``model`` is not an ``nn.Module``.
     """
+    _check_model(model)
     record: _Record | None = model.__dict__.pop(_RECORD, None)
     if record is None:
         return model
     for m, original in record.modules:
         m.__class__ = original
         m.__dict__.pop("_ropekit_spec", None)
-    _uninstall(model)
+    _release([m for m, _ in record.modules])
     return model
 
 
@@ -290,7 +322,11 @@ def patched(model: nn.Module) -> Iterator[nn.Module]:
     """``with patched(model): ...`` -- patch on entry, unpatch on exit (also on error).
 
     A model that was already patched on entry stays patched on exit.
+
+    Raises:
+        TypeError, ValueError: as :func:`patch`.
     """
+    _check_model(model)
     already = _RECORD in model.__dict__
     patch(model)
     try:

@@ -13,7 +13,7 @@ Shapes: N = H * W tokens, D head dim; Mixed embeddings have leading [depth, head
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, SupportsIndex
 
 import torch
 
@@ -62,7 +62,22 @@ class RopekitTimmRotary:
     """Mixin placed before the timm class: ``get_embed`` / ``get_batch_embeds`` from ropekit's tables."""
 
     _ropekit_kind: str
+    _ropekit_original: type
     _ropekit_spec: RopeSpec | None
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> tuple[Any, ...]:
+        """As the original class pickles, but rebuilt through :func:`_rebuild` (the class is made at run time, so
+        pickle cannot find it by name)."""
+        rv = super().__reduce_ex__(protocol)
+        assert isinstance(rv, tuple) and len(rv) >= 3  # (constructor, args, state, ...) for an nn.Module
+        return (_rebuild, (type(self)._ropekit_original, self._ropekit_kind), *rv[2:])
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickled or deep-copied: registered as a patched module (:func:`ropekit.timm.patch._adopt`)."""
+        super().__setstate__(state)  # type: ignore[misc]
+        from ropekit.timm.patch import _adopt  # patch imports this module
+
+        _adopt([self])
 
     def _ropekit_compact(self, shape: Any) -> tuple[torch.Tensor, torch.Tensor]:
         h, w = (int(s) for s in shape)
@@ -136,7 +151,7 @@ def ropekit_class(original: type, kind: str) -> type:
     """The ``Ropekit<Original>`` subclass for one timm rotary class (built once, then cached)."""
     cls = _CLASSES.get(original)
     if cls is None:
-        body: dict[str, Any] = {"_ropekit_kind": kind, "__module__": __name__}
+        body: dict[str, Any] = {"_ropekit_kind": kind, "_ropekit_original": original, "__module__": __name__}
         if not hasattr(
             original, "get_batch_embeds"
         ):  # NaFlexViT checks hasattr: keep the original's interface
@@ -144,6 +159,11 @@ def ropekit_class(original: type, kind: str) -> type:
         cls = type(f"Ropekit{original.__name__}", (RopekitTimmRotary, original), body)
         _CLASSES[original] = cls
     return cls
+
+
+def _rebuild(original: type, kind: str) -> Any:
+    """An empty ``Ropekit<original>`` object, whose state pickle then restores (``RopekitTimmRotary.__reduce_ex__``)."""
+    return object.__new__(ropekit_class(original, kind))
 
 
 def _no_batch_embeds(self: Any) -> Any:

@@ -54,16 +54,20 @@ def _run(argv: list[str]) -> tuple[int, str]:
     return rc, err.getvalue()
 
 
-def _bad_paths(kind: str, tmp: Path) -> list[tuple[Path, str]]:
+def _bad_paths(kind: str, tmp: Path) -> list[tuple[str, str]]:
     a_file = tmp / "a_file"
     a_file.write_text("x")
     a_dir = tmp / "a_dir"
     a_dir.mkdir()
-    cases = [(a_file / "below", "is not a folder, so the")]
+    # "" (``--out "$UNSET"``) was read as the current folder: bench wrote nothing, lab and report wrote there
+    cases = [
+        (str(a_file / "below"), "is not a folder, so the"),
+        ("", f"expected a {kind} name, got an empty"),
+    ]
     if kind == "folder":
-        cases.append((a_file, "exists and is not a folder"))
+        cases.append((str(a_file), "exists and is not a folder"))
     else:
-        cases.append((a_dir, "is a folder (expected a file name)"))
+        cases.append((str(a_dir), "is a folder (expected a file name)"))
     return cases
 
 
@@ -71,9 +75,9 @@ def _bad_paths(kind: str, tmp: Path) -> list[tuple[Path, str]]:
 def test_unusable_out_is_refused_before_any_work(command: str, tmp_path: Path, no_work: None) -> None:
     kind, argv = OUT_KINDS[command]
     for path, why in _bad_paths(kind, tmp_path):
-        rc, err = _run([*argv, "--out", str(path)])
+        rc, err = _run([*argv, "--out", path])
         assert rc == 2, err
-        assert err.startswith(f"ropekit {command}: error: --out {str(path)!r}") and why in err, err
+        assert err.startswith(f"ropekit {command}: error: --out {path!r}") and why in err, err
         assert "Traceback" not in err
 
 

@@ -205,3 +205,35 @@ def test_grid_must_be_two_dimensional() -> None:
         pytest.raises(ValueError, match=r"2-D grid \(H, W\), got shape \(2, 3, 4\)"),
     ):
         rope.get_embed((2, 3, 4))
+
+
+def test_other_views_of_a_patched_embedding_rotate_as_timm() -> None:
+    """One token's row ``emb[i]`` of an axial embedding, or one head of a Mixed depth slice, broadcast over the
+    tokens: not a depth slice ropekit serves, so timm's own function rotates (the wrapper is installed everywhere
+    while any model is patched)."""
+    import timm.layers.pos_embed_sincos as sincos
+
+    original = sincos.apply_rot_embed_cat
+    axial = RotaryEmbeddingCat(32, in_pixels=False, temperature=100)
+    mixed = RotaryEmbeddingMixed(32, depth=2, num_heads=2)
+    g = torch.Generator().manual_seed(0)
+    with rt.patched(nn.Sequential(axial, mixed)):
+        assert sincos.apply_rot_embed_cat is not original  # the wrapper
+        emb, memb = axial.get_embed((4, 4)), mixed.get_embed((4, 4))
+        with torch.no_grad():
+            for view in (emb[5], memb[1][0], memb[1][:, 3]):
+                x = torch.randn(2, 2, 1, view.shape[-1] // 2, generator=g)
+                assert torch.equal(sincos.apply_rot_embed_cat(x, view), original(x, view))
+
+
+def test_float64_dinov3_model_patches() -> None:
+    """A float64 DINOv3 model (float64 periods): verified on float64 q and k, as its forward gives them; timm's
+    arithmetic rotates float64 (the tables are ropekit's float32 values)."""
+    model = build("vit_small_patch16_dinov3", {"embed_dim": 64, "num_heads": 2, "depth": 2}, 64).double()
+    x = images(64).double()
+    with torch.no_grad():
+        ref = model(x)
+        with rt.patched(model):
+            assert type(model.rope).__name__ == "RopekitRotaryEmbeddingDinoV3"
+            got = model(x)
+    assert got.dtype == torch.float64 and rel_err(got, ref) <= 1e-6

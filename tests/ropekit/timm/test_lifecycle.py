@@ -122,9 +122,33 @@ def test_refusals_name_the_module_and_modify_nothing(rope: nn.Module, match: str
     assert type(good) is RotaryEmbeddingCat and _fns() == fns and "_ropekit_timm_patch" not in holder.__dict__
 
 
+@pytest.mark.parametrize("bad", ["model.pt", None])
+def test_non_modules_are_refused(bad: object) -> None:
+    """unpatch and patched raised AttributeError ('str' object has no attribute '__dict__')."""
+    match = f"model must be a torch.nn.Module, got {type(bad).__name__}"
+    with pytest.raises(TypeError, match=match):
+        rt.patch(bad)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=match):
+        rt.unpatch(bad)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=match), rt.patched(bad):  # type: ignore[arg-type]
+        pass
+
+
+def test_container_of_a_patched_model(mixed: nn.Module) -> None:
+    """patch() of a module whose rotary modules are all patched already (through the model inside it) has nothing
+    left to do, as patch() of the model itself; unpatching stays with the model that was patched."""
+    fns = _fns()
+    rt.patch(mixed)
+    holder = nn.Sequential(mixed)
+    assert rt.patch(holder) is holder and "_ropekit_timm_patch" not in holder.__dict__
+    with rt.patched(holder):
+        pass
+    assert type(mixed.rope).__name__ == "RopekitRotaryEmbeddingMixed"
+    rt.unpatch(mixed)
+    assert _fns() == fns and type(mixed.rope).__name__ == "RotaryEmbeddingMixed"
+
+
 def test_bad_arguments() -> None:
-    with pytest.raises(TypeError, match="model must be a torch.nn.Module, got str"):
-        rt.patch("vit")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="found no timm rotary module in Linear"):
         rt.patch(nn.Linear(2, 2))
 
