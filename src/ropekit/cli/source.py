@@ -82,9 +82,13 @@ def add_source_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
 
 
+#: the longest --context: positions up to 2^53 are exact in float64 (the phase-error window ends at the context)
+MAX_CONTEXT = 1 << 53
+
+
 def _check_context(context: int) -> None:
-    if context < 1:
-        raise ValueError(f"--context must be a positive int, got {context}")
+    if not 1 <= context <= MAX_CONTEXT:
+        raise ValueError(f"--context must be a positive int <= 2^53 = {MAX_CONTEXT:,}, got {context}")
 
 
 def _flag_spec(args: argparse.Namespace, context: int) -> RopeSpec:

@@ -260,7 +260,32 @@ def test_dynamic_ntk_shows_the_length_it_starts_from() -> None:
         rc, out, _ = _run(["inspect", "--scaling", "dynamic", "--factor", "4", "--context", "32768", *extra])
         assert rc == 0
         texts.append(next(line for line in out.splitlines() if line.startswith("scaling:")))
-        rc, out, _ = _run(["inspect", "--scaling", "dynamic", "--factor", "4", "--context", "32768", "--json", *extra])
+        rc, out, _ = _run(
+            ["inspect", "--scaling", "dynamic", "--factor", "4", "--context", "32768", "--json", *extra]
+        )
         lengths.append(json.loads(out)["views"][0]["spec"]["scaling"]["max_position_embeddings"])
     assert lengths[1] == 2048 and lengths[0] != 2048
     assert texts[0] != texts[1] and "max_position_embeddings=2048" in texts[1]
+
+
+def test_long_contexts_skip_the_base_bound_scan_and_huge_ones_are_refused() -> None:
+    """The exact base-bound scan grows with the length (8.5 s at 2^20 here, never finishing at 1e29 before): above
+    BOUND_SCAN_MAX it is shown as not judged, with the rest of inspect; --context above 2^53 is refused at once,
+    for inspect and report (report used to raise OverflowError after resolving the source)."""
+    from ropekit.cli.inspect_cmd import BOUND_SCAN_MAX
+
+    rc, out, _ = _run(["inspect", "--json", "--head-dim", "8", "--context", str(BOUND_SCAN_MAX + 1)])
+    assert rc == 0
+    sm = json.loads(out)["views"][0]["summary"]
+    assert (
+        sm["base_bound_scanned"] is False
+        and sm["base_lower_bound"] is None
+        and sm["base_meets_bound"] is None
+    )
+    rc, out, _ = _run(["inspect", "--head-dim", "8", "--context", str(BOUND_SCAN_MAX + 1)])
+    assert rc == 0 and "not computed" in out and "not judged: the exact scan" in out
+    rc, out, _ = _run(["inspect", "--json", "--head-dim", "8", "--base", "10000", "--context", "4096"])
+    assert json.loads(out)["views"][0]["summary"]["base_bound_scanned"] is True
+    for cmd in (["inspect"], ["report", "llama-2-7b", "--out", "unused-dir"]):
+        rc, _, err = _run([*cmd, "--context", str(10**29)])
+        assert rc == 2 and "--context" in err and str(10**29) in err
