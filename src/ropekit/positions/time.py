@@ -174,7 +174,12 @@ def _int_positions(t: torch.Tensor, reference: float | None, scale: float) -> to
 
 
 def v2pe_positions(segments: Sequence[tuple[str, int]], delta: float, *, start: float = 0.0) -> torch.Tensor:
-    """V2PE positions for a sequence of ("text", n) and ("visual", n) runs.
+    """V2PE positions for a sequence of ("text", n) and ("visual", n) runs (Ge et al. 2024, V2PE).
+
+    Text tokens step by 1; the k-th token of a visual run (k = 1 .. n) sits at ``last + k * delta``, ``last`` being
+    the position of the token before the run (``start - 1`` for a leading run), and the token after the run at
+    ``ceil(last + n * delta) + 1`` -- V2PE's ``get_rope_pos_id`` (``v2pe_fix``: ``torch.linspace(last,
+    last + n * delta, n + 1)[1:]``, then the ceiling), computed exactly in float64.
 
     Args:
         segments: runs in order; kind "text" or "visual", n >= 0 tokens.
@@ -191,7 +196,7 @@ def v2pe_positions(segments: Sequence[tuple[str, int]], delta: float, *, start: 
 
     Example:
         >>> v2pe_positions([("text", 2), ("visual", 4), ("text", 1)], 0.25).tolist()
-        [0.0, 1.0, 2.0, 2.25, 2.5, 2.75, 3.0]
+        [0.0, 1.0, 1.25, 1.5, 1.75, 2.0, 3.0]
     """
     if isinstance(delta, bool) or not isinstance(delta, numbers.Real) or not 0.0 < delta <= 1.0:
         raise ValueError(f"delta must be a number in (0, 1], got {delta!r}")
@@ -205,7 +210,10 @@ def v2pe_positions(segments: Sequence[tuple[str, int]], delta: float, *, start: 
         if kind == "text":
             out.extend(cur + i for i in range(n))
             cur += n
-        else:
-            out.extend(cur + i * delta for i in range(n))
-            cur = float(math.ceil(cur + n * delta))
+        elif n:  # V2PE's own code: visual token k (1-based) at last + k * delta, last = the previous token's position
+            last = cur - 1
+            out.extend(last + k * delta for k in range(1, n + 1))
+            cur = (
+                float(math.ceil(last + n * delta)) + 1
+            )  # the next token: the ceiling of the last visual one, plus 1
     return _check_steps(torch.tensor(out, dtype=torch.float64), "v2pe")

@@ -113,13 +113,14 @@ def test_float_timestamps_keep_float64_subtraction() -> None:
 
 
 def test_v2pe_steps() -> None:
+    # V2PE's own example shape: the visual tokens step by delta from the token before them (not from it + 1)
     assert v2pe_positions([("text", 2), ("visual", 4), ("text", 1)], 0.25).tolist() == [
         0,
         1,
+        1.25,
+        1.5,
+        1.75,
         2,
-        2.25,
-        2.5,
-        2.75,
         3,
     ]
     plain = v2pe_positions([("text", 3), ("visual", 5), ("text", 2)], 1.0)
@@ -130,13 +131,18 @@ def test_v2pe_steps() -> None:
 
 def test_v2pe_start_and_delta_are_validated() -> None:
     segs = [("text", 2), ("visual", 3), ("text", 1)]
-    # oracle: the V2PE rule in exact fractions (token i of a visual run at cur + i * delta, then ceil)
+    # oracle: V2PE's get_rope_pos_id (v2pe_fix) in exact fractions: token k = 1..n of a visual run at
+    # last + k * delta (last: the previous token's position), the next token at ceil(last + n * delta) + 1
     for start, delta in ((0.5, 0.25), (3, 0.5), (-7.75, 1.0), (2**40, 1 / 3)):
         cur, want = Fraction(start), []
         for kind, n in segs:
-            d = Fraction(1) if kind == "text" else Fraction(delta)
-            want += [cur + i * d for i in range(n)]
-            cur = cur + n if kind == "text" else Fraction(math.ceil(cur + n * d))
+            if kind == "text":
+                want += [cur + i for i in range(n)]
+                cur += n
+            else:
+                last = cur - 1
+                want += [last + k * Fraction(delta) for k in range(1, n + 1)]
+                cur = Fraction(math.ceil(last + n * Fraction(delta))) + 1
         got = v2pe_positions(segs, delta, start=start)
         assert all(abs(Fraction(g) - w) <= abs(w) * 2**-52 for g, w in zip(got.tolist(), want)), (start, got)
     for bad, err, msg in (
@@ -189,3 +195,24 @@ def test_numpy_numbers_are_numbers(num: type) -> None:
     )
     with pytest.raises(ValueError, match="scale"):
         time_positions(ts, scale=np.bool_(True))
+
+
+def test_v2pe_matches_its_reference_code_on_image_sequences() -> None:
+    """V2PE's get_rope_pos_id (v2pe_fix), restated with torch.linspace as it is written there (float64 here): text up
+    to and including <img>, then the image tokens linspace(last, last + n * delta, n + 1)[1:], </img> and the text
+    after at ceil(last image position) + 1 onwards; several images, strides 1 .. 64 over 256 tokens per image."""
+    for stride in (1, 4, 16, 64):
+        delta = stride / 256
+        runs = [("text", 5), ("visual", 256), ("text", 7), ("visual", 512), ("text", 3)]
+        want: list[float] = []
+        last = -1.0
+        for kind, n in runs:
+            if kind == "text":
+                want += [last + 1 + i for i in range(n)]
+                last = want[-1]
+            else:
+                img = torch.linspace(last, last + delta * n, n + 1, dtype=torch.float64)[1:]
+                want += img.tolist()
+                last = float(math.ceil(img[-1].item()))
+        got = v2pe_positions(runs, delta).tolist()
+        assert got == pytest.approx(want, abs=1e-12), stride
