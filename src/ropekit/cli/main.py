@@ -89,6 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--quick", action="store_true", help="a reduced budget (under 5 minutes)")
     pl.add_argument("--seeds", type=int, default=1, help="seeds per configuration (default 1)")
     pl.add_argument(
+        "--first-seed",
+        type=int,
+        default=0,
+        help="extrapolation: the first seed, >= 0 (default 0); runs of disjoint seeds can be merged (--merge)",
+    )
+    pl.add_argument(
         "--train-len",
         type=int,
         default=128,
@@ -175,6 +181,7 @@ def _lab(args: argparse.Namespace) -> int:
     unused, why = {  # flags an experiment has no use for: refused rather than ignored
         "invariance": (("steps", "corpus", "precision"), "it trains nothing; --train-len sets its distances"),
         "vision": (("train_len", "corpus", "precision"), "it trains small ViTs on synthetic shape scenes"),
+        "passkey": (("corpus",), "its sequences are synthetic filler text around a hidden key"),
     }.get(args.experiment, ((), ""))
     given = [f"--{n.replace('_', '-')} {getattr(args, n)}" for n in unused if getattr(args, n) != defaults[n]]
     if given:
@@ -195,8 +202,14 @@ def _lab(args: argparse.Namespace) -> int:
         kw["encodings"] = encs
     if args.precision is not None:
         kw["precision"] = args.precision
+    if args.first_seed != defaults["first_seed"]:
+        if args.experiment != "extrapolation":
+            raise ValueError(f"--first-seed applies to extrapolation only, not {args.experiment}")
+        if args.first_seed < 0:
+            raise ValueError(f"--first-seed must be >= 0, got {args.first_seed}")
+        kw["first_seed"] = args.first_seed
     if args.merge is not None:
-        training = ("seeds", "train_len", "steps", "corpus", "encodings", "precision")
+        training = ("seeds", "first_seed", "train_len", "steps", "corpus", "encodings", "precision")
         given = [f"--{name.replace('_', '-')}" for name in training if getattr(args, name) != defaults[name]]
         if args.experiment != "extrapolation" or given:
             raise ValueError(

@@ -3,7 +3,8 @@
 data generator's state as tensors, and the step, the caller's ``meta`` and the model's
 :class:`~ropekit.lab.model.LMConfig` as metadata, so that a reader can rebuild the model that wrote them.
 Checkpoints written before the model config was recorded read as the default model. Every reader refuses an
-unreadable file or malformed metadata with a ValueError naming the file.
+unreadable file or malformed metadata with a ValueError naming the file. :func:`check_resume` refuses to resume a
+checkpoint that another run wrote (its ``meta``, e.g. the corpus identity, or its config differs).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import torch
 
 from ropekit.lab.model import LMConfig, TinyLM
 
-__all__ = ["CheckpointInfo", "checkpoint_info", "load_checkpoint", "save_checkpoint"]
+__all__ = ["CheckpointInfo", "check_resume", "checkpoint_info", "load_checkpoint", "save_checkpoint"]
 
 
 def save_checkpoint(
@@ -79,34 +80,18 @@ def _read_json_object(path: Path, md: dict[str, str], key: str) -> dict[str, Any
 
 
 def _config(path: Path, raw: dict[str, Any]) -> LMConfig:
-    """An :class:`LMConfig` from recorded fields, each checked (unknown or ill-typed fields are refused)."""
+    """An :class:`LMConfig` from recorded fields: unknown fields are refused here, ill-typed values and unbuildable
+    models by :class:`LMConfig` itself (its message names the field)."""
     fields = {f.name: f for f in dataclasses.fields(LMConfig)}
     unknown = sorted(set(raw) - set(fields))
     if unknown:
         raise ValueError(
             f"{_where(path)}: metadata 'config' has unknown fields {unknown}; known: {list(fields)}"
         )
-    for name, val in raw.items():
-        if isinstance(fields[name].default, str):
-            ok, expected = isinstance(val, str), "a string"
-        else:  # every other field is a size
-            ok, expected = type(val) is int and val >= 1, "a positive int"
-        if not ok:
-            raise ValueError(
-                f"{_where(path)}: metadata 'config' field {name!r} must be {expected}, got {val!r}"
-            )
-    from ropekit.lab.encodings import ENCODINGS
-
-    if raw.get("encoding", LMConfig.encoding) not in ENCODINGS:
-        raise ValueError(
-            f"{_where(path)}: metadata 'config' field 'encoding' is {raw['encoding']!r}; known: {sorted(ENCODINGS)}"
-        )
-    cfg = LMConfig(**raw)
-    if cfg.d_model % cfg.n_heads or cfg.n_heads % cfg.n_kv_heads or cfg.head_dim % 2:
-        raise ValueError(
-            f"{_where(path)}: metadata 'config' is not a buildable model: d_model={cfg.d_model} must split into "
-            f"n_heads={cfg.n_heads} heads of even width, and n_heads into n_kv_heads={cfg.n_kv_heads} groups"
-        )
+    try:
+        cfg = LMConfig(**raw)  # LMConfig refuses unknown encodings and sizes that do not split into heads
+    except ValueError as e:
+        raise ValueError(f"{_where(path)}: metadata 'config' is not a buildable model ({e})") from None
     return cfg
 
 
@@ -136,6 +121,38 @@ def checkpoint_info(path: Path) -> CheckpointInfo:
     meta = _read_json_object(path, md, "meta")
     config = _config(path, _read_json_object(path, md, "config")) if "config" in md else None
     return CheckpointInfo(step, meta, config)
+
+
+def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested dicts as dotted keys ({"data": {"sha256": x}} -> {"data.sha256": x}), so a difference names its field."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and v:
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def check_resume(path: Path, cfg: LMConfig, meta: dict[str, Any]) -> None:
+    """ValueError naming ``path`` unless the checkpoint was written by the run about to resume it: the same model
+    config ``cfg`` and, for every key of ``meta`` (what determines the trained model: data, encoding, seed, budget
+    ...), the same value (compared as JSON). The message names each differing field with both values. A checkpoint
+    that lacks some of these keys (written before they were recorded) is refused too: it cannot be checked."""
+    info = checkpoint_info(path)
+    how = "delete it or choose another output folder (--out) to train this run's model"
+    lacking = [k for k in meta if k not in info.meta] + (["config"] if info.config is None else [])
+    if lacking:
+        raise ValueError(
+            f"{_where(path)} records no {', '.join(lacking)} (written before checkpoints recorded what trained "
+            f"them), so it cannot be checked against this run; {how}"
+        )
+    want = _flat({**json.loads(json.dumps(meta)), "config": cfg.as_dict()})
+    got = _flat({k: info.meta[k] for k in meta} | {"config": info.config.as_dict() if info.config else None})
+    differ = [f"{k} {got.get(k)!r} (this run: {v!r})" for k, v in want.items() if got.get(k) != v]
+    differ += [f"{k} {v!r} (this run: none)" for k, v in got.items() if k not in want]
+    if differ:
+        raise ValueError(f"{_where(path)} was written by another run: {'; '.join(differ)}; {how}")
 
 
 def _check_fits(

@@ -17,16 +17,20 @@ Shapes: b batch, L length; tokens are int64 bytes 0..255.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import sysconfig
 import zlib
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import torch
 
 __all__ = [
     "FILLER",
+    "PASSKEY_MIN_LENGTH",
     "Corpus",
     "load_corpus",
     "passkey_batch",
@@ -45,6 +49,24 @@ class Corpus:
     valid: torch.Tensor
     source: str
     files: tuple[int, int]  # (train files, validation files)
+    split: str = "split by file"  # how train and validation were separated (a single file: by position)
+
+    @cached_property
+    def identity(self) -> dict[str, Any]:
+        """What identifies the bytes a model was trained and evaluated on (JSON): the path, the split, the files
+        and bytes on each side, and the sha256 of the training bytes then the validation bytes (the token stream
+        actually used, after the ``max_bytes`` cap)."""
+        h = hashlib.sha256()
+        for part in (self.train, self.valid):
+            h.update(part.contiguous().numpy().tobytes())
+        return {
+            "source": self.source,
+            "split": self.split,
+            "files": list(self.files),
+            "train_bytes": self.train.numel(),
+            "valid_bytes": self.valid.numel(),
+            "sha256": h.hexdigest(),
+        }
 
 
 def _files(root: Path) -> list[Path]:
@@ -56,7 +78,9 @@ def _files(root: Path) -> list[Path]:
 
 
 def load_corpus(path: str | None = None, *, max_bytes: int = 8_000_000) -> Corpus:
-    """Bytes of a corpus split by file (see the module docstring). A single file is split 90/10 by position."""
+    """Bytes of a corpus split by file (see the module docstring). A single file is split 90/10 by position.
+    ValueError naming the path when it does not exist, or holds too little data for both sides of the split (an
+    empty file included)."""
     root = Path(path) if path else Path(sysconfig.get_paths()["stdlib"])
     if not root.exists():
         raise ValueError(f"corpus path {str(root)!r} does not exist")
@@ -64,11 +88,15 @@ def load_corpus(path: str | None = None, *, max_bytes: int = 8_000_000) -> Corpu
         data = root.read_bytes()[:max_bytes]
         cut = int(len(data) * 0.9)
         t, v = data[:cut], data[cut:]
+        if not t or not v:
+            what = "is empty" if not data else f"holds {len(data)} byte(s), too little for a 90/10 split"
+            raise ValueError(f"corpus file {str(root)!r} {what}")
         return Corpus(
             torch.frombuffer(bytearray(t), dtype=torch.uint8),
             torch.frombuffer(bytearray(v), dtype=torch.uint8),
             str(root),
             (1, 1),
+            "one file, split 90/10 by position",
         )
     files = _files(root) if path is None else sorted(p for p in root.rglob("*") if p.is_file())
     files.sort(key=lambda f: (zlib.crc32(str(f.relative_to(root)).encode()) // 10, str(f)))
@@ -111,7 +139,10 @@ def unigram_perplexity(train: torch.Tensor, valid: torch.Tensor) -> float:
 def train_batch(
     data: torch.Tensor, batch: int, length: int, gen: torch.Generator
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Random windows: inputs [b, L] and next-byte targets [b, L]."""
+    """Random windows: inputs [b, L] and next-byte targets [b, L]. ValueError when ``data`` holds fewer than
+    ``length + 2`` bytes (one window of ``length + 1`` and a choice of start)."""
+    if data.numel() < length + 2:
+        raise ValueError(f"{data.numel()} bytes of data hold no training window of {length} + 1 bytes")
     starts = torch.randint(0, data.numel() - length - 1, (batch,), generator=gen)
     idx = starts.unsqueeze(1) + torch.arange(length + 1)
     w = data[idx].long()
@@ -119,7 +150,9 @@ def train_batch(
 
 
 _QUESTION = b" What is the pass key? The pass key is "
-_CUE, _MIDDLE = b" The pass key is ", b". Remember it. "
+_CUE, _MIDDLE, _END = b" The pass key is ", b". Remember it. ", b" is the pass key. "
+#: the shortest passkey sequence: the needle (cue, key, middle, key, end), the question and the 5-digit answer
+PASSKEY_MIN_LENGTH = len(_CUE) + 5 + len(_MIDDLE) + 5 + len(_END) + len(_QUESTION) + 5
 
 
 def _passkey_rows(
@@ -129,11 +162,11 @@ def _passkey_rows(
     out = []
     for _ in range(batch):
         key = b"%05d" % int(torch.randint(0, 100000, (1,), generator=gen))
-        needle = _CUE + key + _MIDDLE + key + b" is the pass key. "
-        room = length - len(_QUESTION) - 5 - len(needle)
+        needle = _CUE + key + _MIDDLE + key + _END
+        room = length - PASSKEY_MIN_LENGTH
         if room < 0:
             raise ValueError(
-                f"length {length} is too short for the passkey task (needs >= {len(_QUESTION) + 5 + len(needle)})"
+                f"length {length} is too short for the passkey task (needs >= {PASSKEY_MIN_LENGTH})"
             )
         d = float(torch.rand(1, generator=gen)) if depth is None else depth
         filler = (FILLER * (room // len(FILLER) + 2))[:room]

@@ -22,6 +22,10 @@ __all__ = ["chunk_losses", "per_position_loss", "perplexity"]
 
 
 def _chunks(data: torch.Tensor, length: int, stride: int, max_tokens: int) -> torch.Tensor:
+    """Windows of ``length + 1`` tokens every ``stride``; ValueError when ``data`` is shorter than one window (the
+    experiments check their corpus before training, :func:`ropekit.lab.experiments.common.check_corpus`)."""
+    if data.numel() < length + 1:
+        raise ValueError(f"{data.numel()} tokens of evaluation data hold no window of {length} + 1 tokens")
     n = min((data.numel() - length - 1) // stride + 1, max(1, max_tokens // length))
     idx = torch.arange(n).unsqueeze(1) * stride + torch.arange(length + 1)
     return data[idx].long()

@@ -16,14 +16,14 @@ Shapes: b batch, s new tokens, t cached + new tokens, h heads, g kv heads, d hea
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ropekit.lab.encodings import TAKES_TRAIN_LEN, build_encoding
+from ropekit.lab.encodings import ENCODINGS, TAKES_TRAIN_LEN, build_encoding
 from ropekit.lab.encodings.base import PositionalEncoding
 
 __all__ = ["KVCache", "LMConfig", "Step", "TinyLM"]
@@ -33,6 +33,10 @@ KVCache = list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]  # per layer: ke
 
 @dataclass(frozen=True)
 class LMConfig:
+    """The model's sizes and encoding. Refused at construction (ValueError naming the field, its value and what
+    was expected): a size that is not a positive int, an unknown encoding, ``d_model`` that does not split into
+    ``n_heads`` heads of even width, or ``n_heads`` that does not split into ``n_kv_heads`` groups."""
+
     vocab: int = 256  # bytes
     d_model: int = 128
     n_layers: int = 4
@@ -41,6 +45,24 @@ class LMConfig:
     ffn: int = 344  # SwiGLU hidden, ~8/3 of d_model
     encoding: str = "rope"
     max_positions: int = 128  # learned table size (the training length)
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            val = getattr(self, f.name)
+            if f.name == "encoding":
+                if val not in ENCODINGS:
+                    raise ValueError(f"LMConfig.encoding must be one of {sorted(ENCODINGS)}, got {val!r}")
+            elif type(val) is not int or val < 1:
+                raise ValueError(f"LMConfig.{f.name} must be a positive int, got {val!r}")
+        if self.d_model % self.n_heads or self.head_dim % 2:
+            raise ValueError(
+                f"LMConfig.d_model={self.d_model} must split into n_heads={self.n_heads} heads of even width "
+                f"(d_model a multiple of 2 * n_heads)"
+            )
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(
+                f"LMConfig.n_kv_heads={self.n_kv_heads} must divide n_heads={self.n_heads} (grouped-query attention)"
+            )
 
     @property
     def head_dim(self) -> int:
@@ -202,7 +224,12 @@ class TinyLM(nn.Module):
 
     @torch.no_grad()
     def generate(self, tokens: torch.Tensor, max_new: int) -> torch.Tensor:
-        """Greedy decoding with the KV cache; positions continue from the prompt."""
+        """Greedy decoding with the KV cache; positions continue from the prompt. Returns the ``max_new`` new
+        tokens [b, max_new] (none for 0); a negative or non-int ``max_new`` is refused (ValueError)."""
+        if type(max_new) is not int or max_new < 0:
+            raise ValueError(f"max_new must be a non-negative int, got {max_new!r}")
+        if max_new == 0:
+            return tokens.new_empty(tokens.shape[0], 0)
         logits, cache = self(tokens)
         out = [logits[:, -1].argmax(-1, keepdim=True)]
         for _ in range(max_new - 1):

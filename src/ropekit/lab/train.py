@@ -18,7 +18,13 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ropekit.lab.checkpoint import CheckpointInfo, checkpoint_info, load_checkpoint, save_checkpoint
+from ropekit.lab.checkpoint import (
+    CheckpointInfo,
+    check_resume,
+    checkpoint_info,
+    load_checkpoint,
+    save_checkpoint,
+)
 from ropekit.lab.distributed import world
 from ropekit.lab.model import TinyLM
 
@@ -26,6 +32,7 @@ __all__ = [
     "CheckpointInfo",
     "Progress",
     "TrainResult",
+    "check_resume",
     "checkpoint_info",
     "load_checkpoint",
     "save_checkpoint",
@@ -98,6 +105,11 @@ def train(
 ) -> TrainResult:
     """Train ``model`` for ``steps`` steps on batches from ``batcher(gen)``; resumes from ``ckpt`` if present.
 
+    ``meta`` (JSON) says what else determines the trained model (the data, the encoding's settings, the batch
+    size ...); the checkpoint records it with ``steps``, ``seed``, ``lr`` and ``precision``, and a checkpoint is
+    resumed only when it records the same values and the same model config (else ValueError naming the file and
+    each differing field: :func:`~ropekit.lab.checkpoint.check_resume`).
+
     ``precision``: "fp32", or "bf16" (mixed: float32 weights, optimizer and loss; the linear layers' matmuls in
     bfloat16 under ``torch.autocast``; attention and RoPE stay float32, see :mod:`ropekit.lab.model`).
     ``compile``: train through ``torch.compile`` (the weights are shared with ``model``).
@@ -132,12 +144,13 @@ def _train(
     rank, size = world()  # data-parallel under torchrun (see ropekit.lab.distributed)
     if size > 1 and compile:
         raise ValueError("compile=True is not supported with data-parallel training; use one or the other")
-    meta = dict(meta or {}, steps=steps, seed=seed)
+    meta = dict(meta or {}, steps=steps, seed=seed, lr=lr, precision=precision)
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
     start = 0
     if ckpt is not None and ckpt.exists():
-        start, _ = load_checkpoint(ckpt, model, opt, gen)  # checkpoint names carry the step count
+        check_resume(ckpt, model.cfg, meta)  # a checkpoint of another run (corpus, encoding, ...) is refused
+        start, _ = load_checkpoint(ckpt, model, opt, gen)
     warmup = max(1, min(100, steps // 10))
     prog, losses, tokens, t0 = Progress(steps, desc), [], 0, time.perf_counter()
     model.train()

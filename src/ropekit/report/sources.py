@@ -31,9 +31,11 @@ from ropekit.spec import RopeSpec
 if TYPE_CHECKING:
     from ropekit.lab.model import LMConfig
 
-__all__ = ["LAB_ENCODINGS", "Source", "layer_types", "resolve"]
+__all__ = ["LAB_ENCODINGS", "MAX_CONTEXT", "Source", "layer_types", "resolve"]
 
 DEFAULT_CONTEXT = 131_072
+#: the longest context a report describes: positions up to 2^53 are exact in float64 (as ``ropekit precision``)
+MAX_CONTEXT = 2**53
 #: lab encodings a report can read: their rotation is a RopeSpec (see the module docstring)
 LAB_ENCODINGS = ("rope", "p-rope", "single-frequency")
 _LAB_REFUSED = {
@@ -53,6 +55,14 @@ class Source:
     # label -> axis name -> extent, for multi-axis specs with known extents (a vision preset's patch grid);
     # a multi-axis spec without an entry is judged at ropekit.analysis.axes.default_extents of the context
     extents: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        c = self.context
+        if type(c) is not int or not 1 <= c <= MAX_CONTEXT:
+            raise ValueError(
+                f"SOURCE {self.name!r}: context {c!r} is out of range: a context length must be an int in "
+                f"1..2^53 ({MAX_CONTEXT:,}; positions beyond are not exact in float64)"
+            )
 
 
 def layer_types(cfg: dict[str, Any]) -> tuple[str | None, ...]:
@@ -162,18 +172,33 @@ def _check_safetensors(path: Path) -> None:
 def _check_loaded(path: Path, info: dict[str, Any]) -> None:
     """Refuse a model whose checkpoint lacks weights the analysis runs through: transformers initialises missing
     weights at random, and the queries, keys and attention of every layer depend on the embeddings, the norms and
-    the earlier layers. Only the output head (``lm_head``), which the analysis never reaches, may be missing."""
+    the earlier layers. Only the output head (``lm_head``), which the analysis never reaches, may be missing.
+    Refuse unexpected weights too (e.g. more layers than config.json says): transformers drops them, and the
+    report would then describe a model the folder's weights do not hold. Rotary ``inv_freq`` buffers, which
+    older checkpoints store and transformers recomputes, are not weights."""
     missing = sorted(
         (k for k in info.get("missing_keys") or () if not str(k).startswith("lm_head.")),
         key=lambda k: (not ("q_proj" in k or "k_proj" in k), k),  # the projections analysed first
     )
     if missing:
-        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
         raise ValueError(
             f"SOURCE {str(path)!r}: its safetensors lack {len(missing)} weight(s) the analysis needs "
-            f"({', '.join(missing[:5])}{more}); transformers would initialise them at random. Pass its "
+            f"({_few(missing)}); transformers would initialise them at random. Pass its "
             "config.json for the configuration-only report"
         )
+    unexpected = sorted(
+        str(k) for k in info.get("unexpected_keys") or () if not str(k).endswith("rotary_emb.inv_freq")
+    )
+    if unexpected:
+        raise ValueError(
+            f"SOURCE {str(path)!r}: its safetensors hold {len(unexpected)} weight(s) its config.json has no "
+            f"place for ({_few(unexpected)}); transformers would drop them. Check that config.json belongs to "
+            "these weights (e.g. num_hidden_layers)"
+        )
+
+
+def _few(keys: list[str], n: int = 5) -> str:
+    return ", ".join(keys[:n]) + (f" and {len(keys) - n} more" if len(keys) > n else "")
 
 
 def _lab_checkpoint(path: Path, weights: bool) -> Source:

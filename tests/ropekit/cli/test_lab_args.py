@@ -32,6 +32,7 @@ def test_steps_below_one_is_refused_before_anything_is_written(
         (["vision", "--precision", "bf16"], "--precision bf16"),
         (["invariance", "--steps", "5"], "--steps 5"),
         (["invariance", "--corpus", "x"], "--corpus x"),
+        (["passkey", "--corpus", "x"], "--corpus x"),
     ],
 )
 def test_flags_an_experiment_does_not_use_are_named_as_typed(
@@ -80,3 +81,19 @@ def test_merge_errors_name_the_merge_file(
     )
     assert f"ropekit lab: error: --merge {bad}: {error}" in err
     assert not (tmp_path / "o" / "extrapolation.md").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "msg"),
+    [
+        (["scaling", "--first-seed", "1"], "--first-seed applies to extrapolation only, not scaling"),
+        (["extrapolation", "--first-seed", "-1"], "--first-seed must be >= 0, got -1"),
+        (["extrapolation", "--first-seed", "1", "--merge", "a.json", "--merge", "b.json"], "--first-seed"),
+    ],
+)
+def test_first_seed_is_checked_before_any_work(
+    argv: list[str], msg: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "lab"
+    assert msg in _lab_error([*argv, "--out", str(out)], capsys)
+    assert not out.exists()

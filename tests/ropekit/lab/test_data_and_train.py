@@ -28,6 +28,42 @@ def test_text_file_corpus_and_bad_path(tmp_path: Path) -> None:
         load_corpus(str(tmp_path / "missing"))
 
 
+@pytest.mark.parametrize(
+    ("content", "error"), [(b"", "is empty"), (b"x", "holds 1 byte.*too little for a 90/10 split")]
+)
+def test_empty_or_one_byte_corpus_file_is_refused_naming_it(
+    tmp_path: Path, content: bytes, error: str
+) -> None:
+    f = tmp_path / "c.txt"
+    f.write_bytes(content)
+    with pytest.raises(ValueError, match=f"corpus file '{f}' {error}"):
+        load_corpus(str(f))
+
+
+def test_single_file_corpus_says_how_it_was_split_and_identifies_its_bytes(tmp_path: Path) -> None:
+    f = tmp_path / "a.txt"
+    f.write_bytes(bytes(range(256)) * 10)
+    c = load_corpus(str(f))
+    ident = c.identity
+    assert ident["split"] == "one file, split 90/10 by position" and ident["source"] == str(f)
+    assert (ident["train_bytes"], ident["valid_bytes"]) == (2304, 256)
+    assert ident["sha256"] == load_corpus(str(f)).identity["sha256"]
+    f.write_bytes(bytes(range(256)) * 9 + bytes(reversed(range(256))))  # same size, other bytes
+    assert load_corpus(str(f)).identity["sha256"] != ident["sha256"]
+
+
+def test_windows_longer_than_the_data_are_refused() -> None:
+    from ropekit.lab.evaluate import chunk_losses
+
+    data = torch.zeros(17, dtype=torch.uint8)
+    with pytest.raises(ValueError, match="17 bytes of data hold no training window of 16 \\+ 1 bytes"):
+        train_batch(data, 2, 16, torch.Generator())
+    train_batch(data, 2, 15, torch.Generator())  # 17 = 15 + 2: one start
+    model = TinyLM(LMConfig(d_model=32, n_layers=1, n_heads=2, n_kv_heads=1, ffn=64))
+    with pytest.raises(ValueError, match="17 tokens of evaluation data hold no window of 32 \\+ 1 tokens"):
+        chunk_losses(model, data, 32)
+
+
 def test_tasks() -> None:
     g = torch.Generator().manual_seed(0)
     tokens, key, start = passkey_batch(3, 200, g, depth=0.5)
@@ -149,5 +185,7 @@ def test_passkey_accuracy_at_the_training_length_sees_the_training_sequences() -
     rec = Recorder()
     accuracy(rec, 128, 3, 0)  # type: ignore[arg-type]
     _, y = passkey_training_batch(4, 128, torch.Generator().manual_seed(0))
-    answer_at = [int((row != -100).nonzero()[-5]) for row in y]  # position predicting the answer's first digit
+    answer_at = [
+        int((row != -100).nonzero()[-5]) for row in y
+    ]  # position predicting the answer's first digit
     assert set(rec.prompts) == {answer_at[0] + 1} == {a + 1 for a in answer_at}

@@ -45,6 +45,7 @@ def test_scaling_reuses_the_rope_checkpoint(tmp_path: Path, corpus: str) -> None
     assert {
         p.name: p.stat().st_mtime for p in (tmp_path / "ckpt").glob("*")
     } == before  # resumed, not retrained
+    assert res["corpus"] == corpus and res["corpus_identity"]["sha256"]  # the data it measured
     schemes = {r["scheme"] for r in res["zero_shot"]}
     assert schemes == set(scaling.SCHEMES) and {r["eval_len"] for r in res["finetuned_x4"]} == {512, 1024}
 
@@ -61,9 +62,10 @@ def test_frequencies(tmp_path: Path, corpus: str) -> None:
     assert md.count("**inconclusive**") == len(frequencies.claims(res)) == 5
 
 
-def test_passkey(tmp_path: Path, corpus: str) -> None:
-    res = passkey.run(tmp_path, tiny=True, corpus=corpus, encodings=("rope", "alibi"))
+def test_passkey(tmp_path: Path) -> None:
+    res = passkey.run(tmp_path, tiny=True, encodings=("rope", "alibi"))  # synthetic data: no corpus
     _files_exist(res, "passkey")
+    assert res["corpus"] is None
     assert all(0.0 <= r["accuracy"] <= 1.0 for r in res["results"])
 
 

@@ -52,3 +52,33 @@ def test_generate_uses_the_cache() -> None:
         nxt = model(seq)[0][:, -1].argmax(-1, keepdim=True)
         seq = torch.cat([seq, nxt], 1)
     assert torch.equal(out, seq[:, 6:])
+
+
+def test_generate_zero_tokens_is_empty_and_negative_is_refused() -> None:
+    model = TinyLM(LMConfig(encoding="rope", **CFG)).eval()
+    prompt = torch.randint(0, 256, (2, 5))
+    assert model.generate(prompt, 0).shape == (2, 0)
+    assert model.generate(prompt, 1).shape == (2, 1)
+    with pytest.raises(ValueError, match="max_new must be a non-negative int, got -1"):
+        model.generate(prompt, -1)
+
+
+@pytest.mark.parametrize(
+    ("fields", "error"),
+    [
+        ({"n_kv_heads": 3}, "LMConfig.n_kv_heads=3 must divide n_heads=4"),
+        ({"encoding": "learned", "max_positions": 0}, "LMConfig.max_positions must be a positive int, got 0"),
+        ({"vocab": 0}, "LMConfig.vocab must be a positive int, got 0"),
+        ({"n_layers": 0}, "LMConfig.n_layers must be a positive int, got 0"),
+        ({"d_model": 128.0}, "LMConfig.d_model must be a positive int, got 128.0"),
+        (
+            {"d_model": 100, "n_heads": 3},
+            "LMConfig.d_model=100 must split into n_heads=3 heads of even width",
+        ),
+        ({"d_model": 12, "n_heads": 4}, "LMConfig.d_model=12 must split into n_heads=4 heads of even width"),
+        ({"encoding": "foo"}, "LMConfig.encoding must be one of .*got 'foo'"),
+    ],
+)
+def test_unbuildable_configs_are_refused_naming_the_field(fields: dict[str, object], error: str) -> None:
+    with pytest.raises(ValueError, match=error):
+        LMConfig(**fields)  # type: ignore[arg-type]

@@ -12,8 +12,12 @@ from ropekit.lab.experiments import EXPERIMENTS, vision
 from ropekit.lab.vit import ENCODINGS
 
 
-def test_tiny_run_writes_outputs_and_resumes(tmp_path: Path) -> None:
+def test_tiny_run_writes_outputs_and_resumes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     res = vision.run(tmp_path, tiny=True, seeds=1)
+    printed = capsys.readouterr()
+    assert (
+        printed.out == "" and "[vision none seed 0]" in printed.err
+    )  # progress on stderr: --json's stdout parses
     assert EXPERIMENTS["vision"] is vision.run
     for ext in ("json", "md", "png"):
         assert (tmp_path / f"vision.{ext}").stat().st_size > 0

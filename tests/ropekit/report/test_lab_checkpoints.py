@@ -127,7 +127,7 @@ def test_an_old_checkpoint_of_the_default_size_still_loads(tmp_path: Path) -> No
         (
             {"a": torch.zeros(1)},
             {"step": "1", "meta": '{"encoding":"rope","train_len":32}', "config": '{"d_model": "big"}'},
-            "field 'd_model' must be a positive int",
+            r"not a buildable model \(LMConfig.d_model must be a positive int, got 'big'\)",
         ),
         (
             {"a": torch.zeros(1)},

@@ -78,3 +78,42 @@ def test_unknown_and_unsuitable_sources_are_refused(tmp_path: Path) -> None:
     empty.mkdir()
     with pytest.raises(ValueError, match="is a folder without config.json"):
         resolve(str(empty))
+
+
+def test_weights_the_config_has_no_place_for_are_refused_naming_them(tmp_path: Path) -> None:
+    """A model folder whose safetensors hold more layers than its config.json: transformers would drop layer 1."""
+    from tests.ropekit.cli.tiny_llama import tiny_llama
+
+    tiny_llama(tmp_path / "m")  # 2 layers (skips without transformers)
+    cfg = json.loads((tmp_path / "m" / "config.json").read_text())
+    (tmp_path / "m" / "config.json").write_text(json.dumps({**cfg, "num_hidden_layers": 1}))
+    with pytest.raises(
+        ValueError,
+        match=r"SOURCE '.*m': its safetensors hold 9 weight\(s\) its config.json has no place for "
+        r"\(model.layers.1.input_layernorm.weight, .* and 4 more\)",
+    ):
+        resolve(str(tmp_path / "m"))
+
+
+def test_rotary_inv_freq_buffers_are_not_unexpected_weights() -> None:
+    from ropekit.report.sources import _check_loaded
+
+    _check_loaded(
+        Path("m"), {"missing_keys": [], "unexpected_keys": ["model.layers.0.self_attn.rotary_emb.inv_freq"]}
+    )
+    with pytest.raises(ValueError, match=r"hold 1 weight\(s\) .*\(model.layers.2.mlp.up_proj.weight\)"):
+        _check_loaded(Path("m"), {"unexpected_keys": ["model.layers.2.mlp.up_proj.weight"]})
+
+
+def test_a_context_beyond_exact_float64_positions_is_refused() -> None:
+    import dataclasses
+
+    from ropekit.report.sources import MAX_CONTEXT
+
+    src = resolve("llama-2-7b")
+    assert dataclasses.replace(src, context=MAX_CONTEXT).context == 2**53
+    for bad in (10**29, 2**53 + 1, 0, 4096.0):
+        with pytest.raises(
+            ValueError, match=rf"SOURCE 'llama-2-7b': context {bad!r} is out of range: .* 1..2\^53"
+        ):
+            dataclasses.replace(src, context=bad)

@@ -13,7 +13,17 @@ from typing import Any
 
 from ropekit.lab.data import unigram_perplexity
 from ropekit.lab.evaluate import chunk_losses, perplexity
-from ropekit.lab.experiments.common import environment, md_table, prepare, trained_model, write_outputs
+from ropekit.lab.experiments.common import (
+    check_encodings,
+    check_plans,
+    check_seeds,
+    environment,
+    md_table,
+    model_plan,
+    prepare,
+    trained_model,
+    write_outputs,
+)
 from ropekit.lab.phases import PhaseClock
 from ropekit.lab.verdicts import Verdict, above, below, greater, ordering
 
@@ -35,51 +45,63 @@ def run(
     quick: bool = False,
     tiny: bool = False,
     seeds: int = 1,
+    first_seed: int = 0,
     train_len: int = 128,
     steps: int | None = None,
     corpus: str | None = None,
     precision: str | None = None,
     encodings: tuple[str, ...] = ENCODINGS,
 ) -> dict[str, Any]:
+    """Train every encoding for seeds ``first_seed .. first_seed + seeds - 1`` (another run with other seeds can be
+    merged with this one, :func:`merge`) and evaluate it; JSON + PNG + Markdown in ``out``. Refused before any
+    training (ValueError): a repeated encoding, a corpus too small for ``train_len``, a checkpoint in ``out`` that
+    another run wrote."""
+    seed_range = check_seeds(seeds, first_seed)
+    check_encodings(encodings)
     clock = PhaseClock()
     with clock.phase("corpus"):
-        b, data = prepare(quick, steps, tiny, corpus, precision)
+        b, data = prepare(quick, steps, tiny, corpus, precision, train_len=train_len, valid_mult=8)
         unigram = unigram_perplexity(data.train, data.valid)
+    plans = check_plans(
+        model_plan(enc, data, train_len=train_len, b=b, seed=seed, out=out)
+        for enc in encodings
+        for seed in seed_range
+    )
     mults = (1, 2, 4, 8)
     results, per_pos = [], {}
     throughput: dict[str, int | str] = {}
-    for enc in encodings:
-        for seed in range(seeds):
-            with clock.phase(f"train {enc}"):
-                model, tr = trained_model(enc, data, train_len=train_len, b=b, seed=seed, out=out)
-            throughput[enc] = (
-                round(tr.tokens_per_second)
-                if tr.resumed_from < tr.steps
-                else throughput.get(enc, "checkpoint")
-            )
-            with clock.phase("evaluate"):
-                for m in mults:
-                    L = m * train_len
-                    losses = chunk_losses(model, data.valid, L, max_tokens=b.eval_tokens)
-                    if seed == 0 and m == mults[-1]:  # per-position loss at 8x from the same pass
-                        per_pos[enc] = losses.mean(0).tolist()
-                    results.append(
-                        {
-                            "encoding": enc,
-                            "seed": seed,
-                            "eval_len": L,
-                            "ppl": math.exp(float(losses.mean())),
-                            "ppl_sliding": perplexity(
-                                model, data.valid, L, sliding=True, max_tokens=b.eval_tokens
-                            ),
-                        }
-                    )
+    for plan in plans:
+        enc, seed = plan.cfg.encoding, plan.seed
+        with clock.phase(f"train {enc}"):
+            model, tr = trained_model(plan)
+        throughput[enc] = (
+            round(tr.tokens_per_second) if tr.resumed_from < tr.steps else throughput.get(enc, "checkpoint")
+        )
+        with clock.phase("evaluate"):
+            for m in mults:
+                L = m * train_len
+                losses = chunk_losses(model, data.valid, L, max_tokens=b.eval_tokens)
+                if seed == first_seed and m == mults[-1]:  # per-position loss at 8x from the same pass
+                    per_pos[enc] = losses.mean(0).tolist()
+                results.append(
+                    {
+                        "encoding": enc,
+                        "seed": seed,
+                        "eval_len": L,
+                        "ppl": math.exp(float(losses.mean())),
+                        "ppl_sliding": perplexity(
+                            model, data.valid, L, sliding=True, max_tokens=b.eval_tokens
+                        ),
+                    }
+                )
     result = {
         "experiment": "extrapolation",
         "train_len": train_len,
         "budget": b.__dict__,
         "corpus": data.source,
+        "corpus_identity": data.identity,
         "unigram_ppl": unigram,
+        "first_seed": first_seed,  # the seed of per_position_loss
         "environment": environment(),
         "tokens_per_second": throughput,
         "results": results,
@@ -114,8 +136,10 @@ def merge(out: Path, paths: list[Path], *, quick: bool = False) -> dict[str, Any
     processes or machines, or new encodings trained later): written to ``out`` like a run's outputs.
 
     The runs must agree on the training length, budget, corpus and its unigram perplexity (equal floats: the same
-    data split) -- else ValueError naming the field, the file and both values; an (encoding, seed) present in
-    two files is refused too. Results keep each file's order; throughput and phases are kept per file.
+    data split) and, where both files record it, the corpus identity (sizes and content hash) -- else ValueError
+    naming the field, the file and both values; an (encoding, seed) present in two files is refused too, so runs
+    may split the encodings or the seeds (``first_seed``). Results keep each file's order; throughput and phases
+    are kept per file; each encoding's per-position loss is that of its lowest seed.
     ``quick`` marks the figure as a quick run's.
     """
     if len(paths) < 2:
@@ -124,7 +148,8 @@ def merge(out: Path, paths: list[Path], *, quick: bool = False) -> dict[str, Any
     first_path, first = runs[0]
     seen: dict[tuple[str, int], tuple[int, Path]] = {}
     for i, (p, res) in enumerate(runs):
-        for key in _SAME:
+        both = [k for k in ("corpus_identity",) if k in res and k in first]  # older results lack it
+        for key in (*_SAME, *both):
             if res.get(key) != first.get(key):
                 raise ValueError(
                     f"--merge {p}: {key} = {res.get(key)!r} differs from {first_path}'s {first.get(key)!r} "
@@ -136,14 +161,22 @@ def merge(out: Path, paths: list[Path], *, quick: bool = False) -> dict[str, Any
                 raise ValueError(f"--merge {p}: encoding {ks[0]!r} seed {ks[1]} is also in {seen[ks][1]}")
             seen[ks] = (i, p)
     result = {key: first[key] for key in _SAME}
+    ids = [r["corpus_identity"] for _, r in runs if "corpus_identity" in r]
+    if ids:
+        result["corpus_identity"] = ids[0]
+    result["first_seed"] = min(r.get("first_seed", 0) for _, r in runs)
     result["environment"] = first.get("environment")
     result["tokens_per_second"] = {k: v for _, r in runs for k, v in r.get("tokens_per_second", {}).items()}
     result["results"] = [row for _, r in runs for row in r["results"]]
-    result["per_position_loss"] = {k: v for _, r in runs for k, v in r.get("per_position_loss", {}).items()}
+    by_seed = sorted(runs, key=lambda pr: -pr[1].get("first_seed", 0))  # the lowest seed's loss last, kept
+    result["per_position_loss"] = {
+        k: v for _, r in by_seed for k, v in r.get("per_position_loss", {}).items()
+    }
     result["merged_from"] = [
         {
             "file": str(p),
             "encodings": sorted({row["encoding"] for row in r["results"]}),
+            "seeds": sorted({row["seed"] for row in r["results"]}),
             "phases": r.get("phases"),
         }
         for p, r in runs
@@ -188,10 +221,12 @@ def _markdown(res: dict[str, Any], encodings: tuple[str, ...], mults: tuple[int,
         for e in encodings
     ]
     head = ["encoding"] + [f"{m}x plain" for m in mults] + [f"{m}x sliding" for m in mults]
+    ident = res.get("corpus_identity")  # results written before it was recorded do not say how they split
+    split = f" ({ident['split']}, {ident['train_bytes']:,} / {ident['valid_bytes']:,} bytes)" if ident else ""
     md = f"# Extrapolation: train at {L}, evaluate at 1x-8x\n\n"
     md += (
         f"Byte-level LM (4 layers, d 128, 4 heads of 32, GQA 2 kv heads), {res['budget']['steps']} steps of "
-        f"{res['budget']['batch']} x {L} bytes, same seed for every encoding; corpus `{res['corpus']}` (split by file). "
+        f"{res['budget']['batch']} x {L} bytes, same seeds for every encoding; corpus `{res['corpus']}`{split}. "
         f"Throughput (tokens/s): {res['tokens_per_second']}."
         + (
             f" The learned table has {L} rows; positions past it reuse the last row."
@@ -219,9 +254,14 @@ def _markdown(res: dict[str, Any], encodings: tuple[str, ...], mults: tuple[int,
 
 
 def ratios(rs: list[dict[str, Any]], enc: str, L: int, m: int, key: str = "ppl") -> list[float]:
-    """Degradation per seed: ppl at m x the training length divided by ppl at 1x (same seed)."""
-    by_seed = {r["seed"]: r for r in rs if r["encoding"] == enc and r["eval_len"] == L}
-    return [r[key] / by_seed[r["seed"]][key] for r in rs if r["encoding"] == enc and r["eval_len"] == m * L]
+    """Degradation per seed: ppl at m x the training length divided by ppl at 1x (same seed); one number per
+    distinct seed (one trained model), in seed order, however many rows repeat it."""
+
+    def at(n: int) -> dict[int, float]:
+        return {r["seed"]: r[key] for r in rs if r["encoding"] == enc and r["eval_len"] == n}
+
+    one, far = at(L), at(m * L)
+    return [far[s] / one[s] for s in sorted(far)]
 
 
 def claims(res: dict[str, Any]) -> list[Verdict]:

@@ -25,7 +25,17 @@ import torch
 from ropekit.lab.data import train_batch
 from ropekit.lab.encodings.rope import RoPE
 from ropekit.lab.evaluate import perplexity
-from ropekit.lab.experiments.common import environment, md_table, prepare, trained_model, write_outputs
+from ropekit.lab.experiments.common import (
+    ModelPlan,
+    check_plans,
+    check_seeds,
+    environment,
+    md_table,
+    model_plan,
+    prepare,
+    trained_model,
+    write_outputs,
+)
 from ropekit.lab.model import Block, LMConfig, TinyLM
 from ropekit.lab.verdicts import Verdict, above, summary, untestable
 from ropekit.rotation.apply import apply_rope
@@ -120,28 +130,28 @@ def run(
     corpus: str | None = None,
     precision: str | None = None,
 ) -> dict[str, Any]:
-    b, data = prepare(quick, steps, tiny, corpus, precision)
+    seed_range = check_seeds(seeds)
+    b, data = prepare(quick, steps, tiny, corpus, precision, train_len=train_len, valid_mult=2)
     g = torch.Generator().manual_seed(123)
     val_tokens, _ = train_batch(data.valid, 8 if not tiny else 2, train_len, g)
     sweep: list[dict[str, Any]] = []
     per_seed: list[dict[str, Any]] = []
     tput: int | str = "checkpoint"
+
+    def plan(p: float, seed: int) -> ModelPlan:
+        if p == 0.0:
+            return model_plan("nope", data, train_len=train_len, b=b, seed=seed, out=out)
+        if p == 1.0:  # RopeSpec(head_dim, p=1) is the default: the checkpoint extrapolation and scaling share
+            return model_plan("rope", data, train_len=train_len, b=b, seed=seed, out=out)
+        spec = RopeSpec(LMConfig().head_dim, p=p)
+        return model_plan(
+            "rope", data, train_len=train_len, b=b, seed=seed, out=out, tag=f"prope{p}", spec=spec
+        )
+
+    plans = check_plans(plan(p, seed) for p in (*P_VALUES, 0.0) for seed in seed_range)
     for p in (*P_VALUES, 0.0):
-        for seed in range(seeds):
-            if p == 0.0:
-                model, tr = trained_model("nope", data, train_len=train_len, b=b, seed=seed, out=out)
-            else:
-                tag = "rope" if p == 1.0 else f"prope{p}"
-                model, tr = trained_model(
-                    "rope",
-                    data,
-                    train_len=train_len,
-                    b=b,
-                    seed=seed,
-                    out=out,
-                    tag=tag,
-                    spec=RopeSpec(LMConfig().head_dim, p=p),
-                )
+        for seed in seed_range:
+            model, tr = trained_model(plans.pop(0))
             sweep.append(
                 {
                     "p": p,
@@ -166,6 +176,8 @@ def run(
         "experiment": "frequencies",
         "train_len": train_len,
         "budget": b.__dict__,
+        "corpus": data.source,
+        "corpus_identity": data.identity,
         "environment": environment(),
         "p_sweep": sweep,
         # seed 0's analysis at the top level (the figure), every seed's in per_seed (the verdicts)

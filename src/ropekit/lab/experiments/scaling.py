@@ -16,7 +16,16 @@ from ropekit.analysis.compare import build_scheme
 from ropekit.lab.data import train_batch
 from ropekit.lab.encodings.rope import RoPE
 from ropekit.lab.evaluate import perplexity
-from ropekit.lab.experiments.common import environment, md_table, prepare, trained_model, write_outputs
+from ropekit.lab.experiments.common import (
+    check_plans,
+    check_seeds,
+    environment,
+    md_table,
+    model_plan,
+    prepare,
+    trained_model,
+    write_outputs,
+)
 from ropekit.lab.model import TinyLM
 from ropekit.lab.train import train
 from ropekit.lab.verdicts import Verdict, above, below, greater, summary, untestable
@@ -45,13 +54,17 @@ def run(
     corpus: str | None = None,
     precision: str | None = None,
 ) -> dict[str, Any]:
-    b, data = prepare(quick, steps, tiny, corpus, precision)
+    seed_range = check_seeds(seeds)
+    # the fine-tune trains on windows of 4 x train_len; the evaluation reaches 8 x train_len
+    b, data = prepare(quick, steps, tiny, corpus, precision, train_len=train_len, train_mult=4, valid_mult=8)
+    plans = check_plans(
+        model_plan("rope", data, train_len=train_len, b=b, seed=seed, out=out) for seed in seed_range
+    )  # the checkpoints are shared with extrapolation's RoPE models
     mults = (1, 2, 4, 8)
     zero_shot, finetuned, tput = [], [], {}
-    for seed in range(seeds):
-        base, tr = trained_model(
-            "rope", data, train_len=train_len, b=b, seed=seed, out=out
-        )  # shared with extrapolation
+    for plan in plans:
+        seed = plan.seed
+        base, tr = trained_model(plan)
         tput["pretrain"] = (
             round(tr.tokens_per_second) if tr.resumed_from < tr.steps else "loaded from checkpoint"
         )
@@ -110,6 +123,8 @@ def run(
         "experiment": "scaling",
         "train_len": train_len,
         "budget": b.__dict__,
+        "corpus": data.source,
+        "corpus_identity": data.identity,
         "environment": environment(),
         "tokens_per_second": tput,
         "zero_shot": zero_shot,

@@ -16,6 +16,7 @@ import json
 import math
 import os
 import statistics
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -25,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from ropekit.lab import plots_vision, shapes
-from ropekit.lab.experiments.common import environment, md_table, write_outputs
+from ropekit.lab.experiments.common import check_encodings, environment, md_table, write_outputs
 from ropekit.lab.verdicts import Verdict, below, greater
 from ropekit.lab.vit import ENCODINGS, TinyViT, ViTConfig
 
@@ -147,6 +148,7 @@ def run(
     unknown = [e for e in encodings if e not in ENCODINGS]
     if unknown or not encodings:
         raise ValueError(f"encodings must be a non-empty subset of {ENCODINGS}, got {encodings!r}")
+    check_encodings(encodings)  # a repeated encoding would count as another seed
     b = vision_budget(quick, steps, tiny)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # these models are too small for intra-op threads (2x the CPU time on 2 threads)
@@ -265,7 +267,12 @@ def _part(
         tmp.replace(path)
         claim.unlink(missing_ok=True)
         acc = {r["grid"]: round(r["accuracy"], 3) for r in rows}
-        print(f"[vision {enc} seed {seed}] {time.perf_counter() - ts:.0f}s acc {acc}", flush=True)
+        # progress on stderr, like the trainer's: stdout carries the result (--json)
+        print(
+            f"[vision {enc} seed {seed}] {time.perf_counter() - ts:.0f}s acc {acc}",
+            file=sys.stderr,
+            flush=True,
+        )
     loaded: dict[str, Any] = json.loads(path.read_text())
     return loaded
 
