@@ -119,6 +119,8 @@ class RopeSpec:
         if self.layout not in LAYOUTS:
             raise ValueError(f"RopeSpec.layout must be one of {LAYOUTS}, got {self.layout!r}")
         if self.freqs is not None:
+            if isinstance(self.freqs, (str, bytes)):  # a str is a sequence of characters, not of numbers
+                raise ValueError(f"RopeSpec.freqs must be a sequence of numbers, got {self.freqs!r}")
             try:
                 table = tuple(float(f) for f in self.freqs)
             except (TypeError, ValueError):

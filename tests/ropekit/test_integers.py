@@ -17,6 +17,7 @@ from ropekit.analysis import phase_error, rotations, spectrum
 from ropekit.integers import whole
 from ropekit.positions.grid import with_prefix
 from ropekit.positions.time import v2pe_positions
+from ropekit.scaling import DynamicNTK, Llama3, Yarn
 
 SPEC = RopeSpec(64, base=10_000.0)
 
@@ -72,3 +73,21 @@ def _flat(x: object) -> list[object]:
 def test_bools_and_floats_are_still_refused(name: str, bad: object) -> None:
     with pytest.raises(ValueError, match=repr(bad)):
         CALLS[name](bad)
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda n: DynamicNTK(2.0, max_position_embeddings=n),
+        lambda n: Yarn(2.0, original_max_position_embeddings=n),
+        lambda n: Llama3(8.0, 1.0, 4.0, original_max_position_embeddings=n),
+    ],
+    ids=["DynamicNTK", "Yarn", "Llama3"],
+)
+def test_scaling_lengths_take_numpy_integers(build: Callable[[Any], Any]) -> None:
+    """A length read from a numpy config array: the scheme equals the one built from the Python int (the field is
+    stored as an int, so equality and hashing agree); a bool stays refused."""
+    got = build(np.int64(4096))
+    assert got == build(4096) and hash(got) == hash(build(4096))
+    with pytest.raises(ValueError, match="must be a positive int, got True"):
+        build(True)

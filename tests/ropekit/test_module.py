@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from ropekit import RopeSpec, Rotary, apply_rope, rope_tables
+from ropekit.scaling import LongRope, Yarn
 from tests.oracles import reference_rope
 
 SPEC = RopeSpec(head_dim=32, rotary_dim=24, base=500_000.0)
@@ -89,6 +90,25 @@ def test_meta_device_construction_then_materialize() -> None:
     assert torch.equal(rope.inv_freq, SPEC.inv_freq()) and rope.cached_len == 64
     x = torch.randn(2, 8, 4, 32)
     assert torch.equal(rope(x, positions=torch.arange(8))[0], Rotary(SPEC)(x, positions=torch.arange(8))[0])
+
+
+@pytest.mark.parametrize(
+    "scaling",
+    [
+        Yarn(4.0, original_max_position_embeddings=64),
+        LongRope((1.0,) * 16, (2.0,) * 16, 64, max_position_embeddings=256),
+    ],
+    ids=["yarn", "longrope"],
+)
+def test_meta_device_construction_with_a_scheme_whose_frequencies_are_not_cached(scaling: object) -> None:
+    """The README's meta-device construction with a scheme: its frequencies (float64 host tensors) are computed
+    inside the meta context when nothing cached them before (a fresh spec); it used to fail there."""
+    spec = RopeSpec(32, base=12_345.0 + id(scaling) % 1000, scaling=scaling)  # a base no other test caches
+    with torch.device("meta"):
+        rope = Rotary(spec, max_seq_len=64)
+    assert rope.inv_freq.is_meta
+    rope.to_empty(device="cpu")
+    assert torch.equal(rope.inv_freq, spec.inv_freq())
 
 
 def test_module_formats_inplace_and_deepcopy() -> None:

@@ -34,6 +34,11 @@ INVALID = [
     ({"head_dim": 8, "freqs": (1.0, 0.1)}, "freqs", "4 entries"),
     ({"head_dim": 4, "freqs": (1.0, -0.1)}, "freqs", "-0.1"),
     ({"head_dim": 4, "freqs": (1.0, float("nan"))}, "freqs", "nan"),
+    (
+        {"head_dim": 4, "freqs": "12"},
+        "freqs",
+        "'12'",
+    ),  # a str is not a sequence of numbers (read as 1.0, 2.0)
     ({"head_dim": 4, "freqs": (1.0, 0.1), "base": 500.0}, "base", "500.0"),
     ({"head_dim": 8, "scaling": {"type": "linear"}}, "scaling", "'type'"),
 ]

@@ -32,6 +32,7 @@ from ropekit.rotation.dispatch import (
     device_tables,
     fused_positions,
 )
+from ropekit.rotation.overlap import internal_overlap
 from ropekit.spec import RopeSpec
 
 __all__ = ["BACKENDS", "FORMATS", "Format", "apply_rope", "apply_rope_tables"]
@@ -110,9 +111,12 @@ def _share_elements(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def _check_inplace_target(name: str, x: torch.Tensor) -> None:
-    if any(st == 0 and sz > 1 for sz, st in zip(x.shape, x.stride())):
+    if any(st == 0 and sz > 1 for sz, st in zip(x.shape, x.stride())) or (
+        not torch.compiler.is_compiling() and internal_overlap(x)
+    ):
         raise ValueError(
-            f"inplace=True but {name} has overlapping memory (an expanded view, strides {x.stride()})"
+            f"inplace=True but {name} has overlapping memory (an expanded or as_strided view whose elements share "
+            f"memory, shape {tuple(x.shape)}, strides {x.stride()}); pass a tensor whose elements are distinct"
         )
     if torch.is_grad_enabled() and x.requires_grad and x.is_leaf:
         raise ValueError(f"inplace=True but {name} is a leaf tensor that requires grad; use inplace=False")
@@ -275,7 +279,8 @@ def apply_rope(
         k: keys with the same batch and sequence as q (any head count), or None to rotate q alone.
         positions: integer or float32/float64 positions, [s] (shared by the batch) or [b, s] ([t] for "thd").
             Moved to q's device if needed. A dynamic phase map (DynamicNTK) is evaluated at
-            ``seq_len = max(positions) + 1`` over the whole call, as transformers does; use
+            ``seq_len = max(positions) + 1`` of this call alone (stateless; transformers' rotary module instead
+            keeps the longest length it has seen, and so do patched models, :mod:`ropekit.hf`); use
             :func:`ropekit.rope_tables` with ``seq_len=`` and :func:`apply_rope_tables` to choose it.
         spec: the RoPE configuration.
         format: "bshd", "bhsd" or "thd".
@@ -361,7 +366,9 @@ def apply_rope_tables(
     for name, t in (("cos", cos), ("sin", sin)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        shapes = [(s, n)] if format == "thd" else list(dict.fromkeys([(s, n), (1, s, n), (b, s, n)]))  # b = 1: once
+        shapes = (
+            [(s, n)] if format == "thd" else list(dict.fromkeys([(s, n), (1, s, n), (b, s, n)]))
+        )  # b = 1: once
         if tuple(t.shape) not in shapes:
             raise ValueError(f"{name} must have shape {' or '.join(map(str, shapes))}, got {tuple(t.shape)}")
         if t.dtype not in (torch.float32, torch.float64):

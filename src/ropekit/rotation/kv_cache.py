@@ -55,9 +55,12 @@ def _tables(
     tables: Tables | None,
     shape: tuple[int, ...],
     device: torch.device,
+    dtype: torch.dtype = torch.float32,
 ) -> Tables:
-    """Float32 (cos, sin) of shape [*shape, n] (or broadcastable to it) from positions or given tables."""
+    """(cos, sin) of shape [*shape, n] (or broadcastable to it) from positions or given tables: float32, or float64
+    for float64 data (``dtype``), so a float64 write is float64-accurate as :func:`ropekit.apply_rope` is."""
     n = spec.n_bands
+    wide = dtype == torch.float64
     if tables is not None:
         if positions is not None:
             raise ValueError("pass positions or tables, not both")
@@ -65,9 +68,11 @@ def _tables(
             raise ValueError("tables must be a (cos, sin) tuple of float32 tensors")
         cos, sin = tables
         for nm, t in (("tables[0] (cos)", cos), ("tables[1] (sin)", sin)):
-            if not isinstance(t, torch.Tensor) or t.dtype != torch.float32:
+            ok = (torch.float32, torch.float64) if wide else (torch.float32,)
+            if not isinstance(t, torch.Tensor) or t.dtype not in ok:
                 got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
-                raise ValueError(f"{nm} must be a float32 tensor (exact ropekit tables), got {got}")
+                want = "a float32 or float64" if wide else "a float32"
+                raise ValueError(f"{nm} must be {want} tensor (exact ropekit tables), got {got}")
             if t.shape[-1:] != (n,) or not _broadcasts(tuple(t.shape), (*shape, n)):
                 raise ValueError(f"{nm} shape {tuple(t.shape)} does not broadcast to {(*shape, n)}")
             if t.device != device:
@@ -83,6 +88,8 @@ def _tables(
     check_positions(positions)
     if not _broadcasts(tuple(positions.shape), shape):
         raise ValueError(f"positions of shape {tuple(positions.shape)} do not broadcast to {shape}")
+    if wide:
+        return rope_tables(positions, spec, dtype=torch.float64, device=device)
     if positions.dtype in INT_DTYPES and positions.device == device and not torch.compiler.is_compiling():
         rows = shared_tables(positions, spec)  # row views of the exact shared cache (read-only here): no copy
         if rows is not None:
@@ -168,7 +175,7 @@ def rope_cache_write(
     _check_offsets(off, S, s_max)
     if positions is None and tables is None:
         positions = off[:, None] + torch.arange(S, device=k.device)
-    cos, sin = _tables(spec, positions, tables, (B, S), k.device)
+    cos, sin = _tables(spec, positions, tables, (B, S), k.device, k.dtype)
     _no_overlap(
         [("cache_k", ck), ("cache_v", cv)], list(zip(names[:2] + names[4:], xs[:2] + xs[4:], strict=True))
     )
@@ -239,7 +246,7 @@ def rope_paged_cache_write(
     _check_slots(sl, nb * bs)
     if positions is None and tables is None:
         raise ValueError("rope_paged_cache_write needs positions (or tables): slots are not positions")
-    cos, sin = _tables(spec, positions, tables, (T,), k.device)
+    cos, sin = _tables(spec, positions, tables, (T,), k.device, k.dtype)
     _no_overlap(
         [("cache_k", ck), ("cache_v", cv)], list(zip(names[:2] + names[4:], xs[:2] + xs[4:], strict=True))
     )

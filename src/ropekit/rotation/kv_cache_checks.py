@@ -16,6 +16,7 @@ import torch
 
 from ropekit.kernels import cpu_build
 from ropekit.phases import INT_DTYPES
+from ropekit.rotation.overlap import internal_overlap
 
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 
@@ -137,7 +138,7 @@ def _self_overlap(names: list[str], xs: list[torch.Tensor]) -> None:
     land in, or be rotated through, the same elements -- a silently wrong cache or a q rotated several times."""
     for name, x in zip(names, xs, strict=True):
         if any(st == 0 and sz > 1 for sz, st in zip(x.shape, x.stride(), strict=True)) or (
-            not torch.compiler.is_compiling() and torch._debug_has_internal_overlap(x) == 1
+            not torch.compiler.is_compiling() and internal_overlap(x)
         ):
             raise ValueError(
                 f"{name} has overlapping memory (e.g. an expanded view, strides {x.stride()}); it is written in "

@@ -42,7 +42,36 @@ def apply_rope_varlen(
     pos = tok - cu[doc]
     if offsets is not None:
         n = cu.numel() - 1
-        if not isinstance(offsets, torch.Tensor) or offsets.shape != (n,) or offsets.is_floating_point():
+        if (
+            not isinstance(offsets, torch.Tensor)
+            or offsets.shape != (n,)
+            or offsets.is_floating_point()
+            or offsets.is_complex()
+            or offsets.dtype == torch.bool  # True / False would be read as 1 / 0
+        ):
             raise ValueError(f"offsets must be an integer tensor of shape ({n},), got {offsets!r}")
-        pos = pos + offsets.to(torch.int64).to(pos.device)[doc]
+        off = offsets.to(pos.device, torch.int64)
+        _check_offsets_fit(off, cu)
+        pos = pos + off[doc]
     return apply_rope(q, k, pos.to(q.device), spec, format="thd", inplace=inplace, backend=backend)
+
+
+_I64_MAX = 2**63 - 1
+
+
+def _check_offsets_fit(off: torch.Tensor, cu: torch.Tensor) -> None:
+    """offsets[j] + len_j - 1 must fit int64 (a wrapped position would be silently wrong); on the CPU a ValueError,
+    elsewhere (or traced) a device assert, so no host sync."""
+    if off.numel() == 0 or off.device.type == "meta":
+        return
+    span = (cu[1:] - cu[:-1]).to(off.device, torch.int64).sub(1).clamp(min=0)
+    ok = (off <= _I64_MAX - span).all()
+    if off.device.type == "cpu" and not torch.compiler.is_compiling():
+        if not bool(ok):
+            j = int(torch.nonzero(off > _I64_MAX - span)[0, 0])
+            raise ValueError(
+                f"offsets[{j}] + document length - 1 must fit int64 (<= {_I64_MAX}), got offset {int(off[j])} "
+                f"for a document of {int(span[j]) + 1} tokens"
+            )
+    else:
+        torch._assert_async(ok, "offsets + document length - 1 must fit int64")

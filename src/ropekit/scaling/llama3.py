@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from ropekit.integers import whole
 from ropekit.scaling.base import Scaling, check_number
 
 __all__ = ["Llama3"]
@@ -48,8 +49,8 @@ class Llama3(Scaling):
         object.__setattr__(self, "low_freq_factor", lo)
         object.__setattr__(self, "high_freq_factor", hi)
         L0 = self.original_max_position_embeddings
-        if isinstance(L0, bool) or not isinstance(L0, int) or L0 < 1:
-            raise ValueError(f"Llama3.original_max_position_embeddings must be a positive int, got {L0!r}")
+        L0 = whole(L0, 1, f"Llama3.original_max_position_embeddings must be a positive int, got {L0!r}")
+        object.__setattr__(self, "original_max_position_embeddings", L0)
 
     def scale(
         self, theta: torch.Tensor, *, base: float, rotary_dim: int, seq_len: int | None

@@ -111,7 +111,7 @@ class LongRope(Scaling):
         self, theta: torch.Tensor, *, base: float, rotary_dim: int, seq_len: int | None
     ) -> torch.Tensor:
         ext = self.long_factor if self.uses_long(seq_len) else self.short_factor
-        return theta / torch.tensor(ext, dtype=torch.float64)
+        return theta / torch.tensor(ext, dtype=torch.float64, device=theta.device)
 
     def to_hf(self) -> dict[str, Any]:
         d: dict[str, Any] = {

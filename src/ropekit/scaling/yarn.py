@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from ropekit.integers import whole
 from ropekit.scaling.base import Scaling, check_number, check_positive_int
 
 __all__ = ["Yarn", "mla_softmax_scale", "yarn_correction_range", "yarn_mscale"]
@@ -136,8 +137,8 @@ class Yarn(Scaling):
     def __post_init__(self) -> None:
         object.__setattr__(self, "factor", check_number("Yarn", "factor", self.factor, lo=1.0))
         L0 = self.original_max_position_embeddings
-        if isinstance(L0, bool) or not isinstance(L0, int) or L0 < 1:
-            raise ValueError(f"Yarn.original_max_position_embeddings must be a positive int, got {L0!r}")
+        L0 = whole(L0, 1, f"Yarn.original_max_position_embeddings must be a positive int, got {L0!r}")
+        object.__setattr__(self, "original_max_position_embeddings", L0)
         bf = check_number("Yarn", "beta_fast", self.beta_fast, lo=0.0, lo_open=True)
         bs = check_number("Yarn", "beta_slow", self.beta_slow, lo=0.0, lo_open=True)
         if bf < bs:
@@ -188,7 +189,7 @@ class Yarn(Scaling):
         self, theta: torch.Tensor, *, base: float, rotary_dim: int, seq_len: int | None
     ) -> torch.Tensor:
         lo, hi = self.ramp_bounds(base, rotary_dim)
-        i = torch.arange(theta.numel(), dtype=torch.float64)
+        i = torch.arange(theta.numel(), dtype=torch.float64, device=theta.device)
         ramp = ((i - lo) / (hi - lo)).clamp(0.0, 1.0)
         return theta * (ramp / self.factor + (1.0 - ramp))
 

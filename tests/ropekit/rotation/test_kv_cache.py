@@ -183,7 +183,9 @@ def test_q_partly_overlapping_k_is_refused_and_a_packed_qkv_is_not() -> None:
     q, k, v = buf[0:4], buf[1:5], torch.randn(4, 1, 2, 8)
     ck, cv = torch.zeros(4, 2, 8, 8), torch.zeros(4, 2, 8, 8)
     sep = torch.randn(4, 1, 2, 8)
-    rope_cache_write(sep.clone(), v, ck.clone(), cv.clone(), torch.full((4,), 3), spec, q=sep)  # plans this geometry
+    rope_cache_write(
+        sep.clone(), v, ck.clone(), cv.clone(), torch.full((4,), 3), spec, q=sep
+    )  # plans this geometry
     before = buf.clone()
     with pytest.raises(ValueError, match="q and k share memory"):
         rope_cache_write(k, v, ck, cv, torch.full((4,), 3), spec, q=q)
@@ -324,3 +326,31 @@ def test_multi_axis_spec_takes_tables_not_positions() -> None:
     rope_cache_write(k, v, ck, cv, 0, spec, tables=axis_tables(pos, spec))
     want = apply_rope_axes(k, None, pos, spec)[0]  # bshd; the cache is bhsd
     assert torch.equal(ck[:, :, :3].transpose(1, 2), want) and torch.equal(cv[:, :, :3].transpose(1, 2), v)
+
+
+@pytest.mark.parametrize("paged", [False, True])
+def test_float64_writes_are_float64_accurate(paged: bool) -> None:
+    """float64 k, q and caches: rotated with float64 tables, like apply_rope (the float32 tables gave 7e-8 against
+    the float64 formula; a user trial). Positions up to 1,000 so the oracle's own float64 angles stay ~1e-13."""
+    from ropekit.rotation.kv_cache import rope_paged_cache_write
+
+    g = torch.Generator().manual_seed(3)
+    spec = RopeSpec(16, base=BASE)
+    k, v, q = (torch.randn(2, 3, n, 16, generator=g, dtype=torch.float64) for n in (2, 2, 4))
+    pos = torch.tensor([[5, 6, 7], [990, 991, 992]])
+    if paged:
+        ck, cv = torch.zeros(4, 4, 2, 16, dtype=torch.float64), torch.zeros(4, 4, 2, 16, dtype=torch.float64)
+        slots = torch.tensor([0, 1, 2, 8, 9, 10])
+        qf = q.reshape(6, 4, 16).clone()
+        rope_paged_cache_write(
+            k.reshape(6, 2, 16), v.reshape(6, 2, 16), ck, cv, slots, spec, positions=pos.reshape(6), q=qf
+        )
+        got_k, got_q = ck.reshape(16, 2, 16)[slots].reshape(2, 3, 2, 16), qf.reshape(2, 3, 4, 16)
+    else:
+        ck, cv = torch.zeros(2, 2, 8, 16, dtype=torch.float64), torch.zeros(2, 2, 8, 16, dtype=torch.float64)
+        qc = q.clone()
+        rope_cache_write(k, v, ck, cv, torch.tensor([0, 4]), spec, positions=pos, q=qc)
+        got_k = torch.stack([ck[0, :, 0:3], ck[1, :, 4:7]]).transpose(1, 2)
+        got_q = qc
+    torch.testing.assert_close(got_k, rope64(k, pos, 16, "half"), rtol=0, atol=1e-12)
+    torch.testing.assert_close(got_q, rope64(q, pos, 16, "half"), rtol=0, atol=1e-12)
