@@ -7,7 +7,8 @@ GLM-4V, as in ``shared/reference/multiaxis.md`` sections 2-6:
 - a text run of n tokens gets ``cur + [0, n)`` on all three rows, then ``cur += n``;
 - a vision block with grid (T, h, w) in patch units and spatial merge m has ``T * (h/m) * (w/m)`` tokens in
   raster order per frame; ids are ``cur + (t_i, row, col)``;
-- temporal step: ``t_i = i`` (Qwen2-VL, images everywhere); Qwen2.5-VL videos ``t_i = int(i * (tokens_per_second *
+- temporal step: ``t_i = i`` (Qwen2-VL, images everywhere but in Qwen2.5-VL's original code, which puts every
+  temporal patch of an image at ``t_i = 0``: rule v4); Qwen2.5-VL videos ``t_i = int(i * (tokens_per_second *
   second_per_grid_t))`` -- the float product first, then truncation, so fractional intervals are right
   (transformers truncated ``second_per_grid_t`` first until its PR #48669), computed as transformers computes it
   (the interval, then ``i * interval`` in float32): truncation depends on the order and dtype;
@@ -16,7 +17,12 @@ GLM-4V, as in ``shared/reference/multiaxis.md`` sections 2-6:
   default): ``cur = max(all ids so far) + 1``; ``rule="v5"`` (transformers 5.x): ``cur += max(h/m, w/m)``. They
   agree for single-frame blocks and differ after multi-frame Qwen2/2.5-VL videos (transformers #45381 / #45325);
 - rope delta per row: ``max id + 1 - length`` with the padded length (v4) or the unpadded length (v5); padding
-  slots hold 1 (v4) or 0 (v5). The first generated token is at ``max id + 1`` under both rules.
+  slots hold 1 (v4) or 0 (v5);
+- decoding: the original code (and transformers 4.x ``generate()``) puts new tokens at ``past + delta``, the
+  first one at ``max id + 1`` (:func:`mrope_decode_positions`); transformers 5.x ``generate()`` continues each
+  row (axis) from the prompt's last id + 1 instead (:func:`mrope_generate_positions`): after a multi-frame video
+  or a prompt that ends in an image or video the two differ. Only Qwen2.5-VL reads video timing
+  (``tokens_per_second``, ``second_per_grid_t(s)``): other families refuse it.
 
 :class:`VisionBlock`, the argument checks and the ids of one block's grid are in
 :mod:`ropekit.positions.multimodal_blocks`; this module builds whole sequences and batches from them.
@@ -39,9 +45,13 @@ from ropekit.positions.multimodal_blocks import (
     Rule,
     VisionBlock,
     _block_ids,
+    _check_batch,
     _check_common,
+    _check_divisible,
     _check_fits,
+    _check_int_tensor,
     _check_start_int,
+    _check_timed_family,
     _pos_finite,
     _split_frames,
 )
@@ -53,6 +63,7 @@ __all__ = [
     "Rule",
     "VisionBlock",
     "mrope_decode_positions",
+    "mrope_generate_positions",
     "mrope_position_ids",
     "mrope_positions",
     "split_text_row",
@@ -65,7 +76,7 @@ def mrope_positions(
     *,
     family: Family = "qwen2_vl",
     spatial_merge_size: int = 2,
-    tokens_per_second: float = 2.0,
+    tokens_per_second: float | None = None,
     rule: Rule = "v4",
     start: int = 0,
 ) -> torch.Tensor:
@@ -75,7 +86,8 @@ def mrope_positions(
         segments: in order, an int n for a run of n text tokens or a :class:`VisionBlock`.
         family: "qwen2_vl", "qwen2_5_vl", "qwen3_vl" or "glm4v" (see the module docstring).
         spatial_merge_size: m, patches merged per side into one LLM token (2 for every family here).
-        tokens_per_second: Qwen2.5-VL's ``vision_config.tokens_per_second`` (released checkpoints: 2).
+        tokens_per_second: Qwen2.5-VL's ``vision_config.tokens_per_second``; None: 2 (the released checkpoints).
+            Refused for the other families, which do not read it (nor a video's ``second_per_grid_t``).
         rule: "v4" (default; the original model code) or "v5" (transformers 5.x advance rule).
         start: position of the first token, an int (ids past int64 are refused, not wrapped).
 
@@ -91,14 +103,16 @@ def mrope_positions(
         >>> mrope_positions([2, VisionBlock((1, 4, 6)), 2])[1].tolist()
         [0, 1, 2, 2, 2, 3, 3, 3, 5, 6]
     """
-    _check_common(family, rule, spatial_merge_size, tokens_per_second)
+    tps = _check_common(family, rule, spatial_merge_size, tokens_per_second)
     cur = _check_start_int(start)
     top = cur - 1
     parts: list[torch.Tensor] = []
     items = [x for seg in segments for x in _split_frames(seg, family)]
     for seg in items:
         if isinstance(seg, VisionBlock):
-            ids = _block_ids(seg, cur, family, spatial_merge_size, tokens_per_second)
+            if seg.video and seg.second_per_grid_t is not None:
+                _check_timed_family(family, f"VisionBlock.second_per_grid_t={seg.second_per_grid_t!r}")
+            ids = _block_ids(seg, cur, family, spatial_merge_size, tps, rule)
             top = max(top, int(ids.max()))
             _, h, w = seg.grid_thw
             cur = top + 1 if rule == "v4" else cur + max(h, w) // spatial_merge_size
@@ -111,6 +125,36 @@ def mrope_positions(
             raise ValueError(f"segments must hold non-negative ints (text runs) or VisionBlocks, got {seg!r}")
         parts.append(ids)
     return torch.cat(parts, dim=1) if parts else torch.zeros(3, 0, dtype=torch.int64)
+
+
+def _check_mask(mask: object, b: int, length: int) -> None:
+    if not isinstance(mask, torch.Tensor) or tuple(mask.shape) != (b, length):
+        raise ValueError(
+            f"attention_mask must have shape ({b}, {length}), got {getattr(mask, 'shape', None)}"
+        )
+    bad = (mask != 0) & (mask != 1)
+    if bad.any():
+        raise ValueError(
+            f"attention_mask must hold only 0 and 1, got {mask[bad][0].item()!r} at {tuple(bad.nonzero()[0].tolist())}"
+        )
+
+
+def _grids(
+    given: torch.Tensor | Sequence[Sequence[int]] | None, name: str, merge: int
+) -> list[tuple[int, int, int]]:
+    """The grids as int triples, each checked before any token is matched to it (a grid of odd h would otherwise
+    be blamed on the token count)."""
+    out = [_grid_thw_ints(g, f"{name}[{i}]") for i, g in enumerate(given if given is not None else [])]
+    for i, g in enumerate(out):
+        _check_divisible(g, merge, f"{name}[{i}]")
+    return out
+
+
+def _spg(s: object, i: int) -> float:
+    v = s.item() if isinstance(s, torch.Tensor) and s.numel() == 1 else s
+    if not _pos_finite(v):
+        raise ValueError(f"second_per_grid_ts[{i}] must be a finite number > 0, got {s!r}")
+    return float(v)  # type: ignore[arg-type]
 
 
 def _runs(types: list[int]) -> list[tuple[int, int]]:
@@ -132,7 +176,7 @@ def mrope_position_ids(
     second_per_grid_ts: Sequence[float] | torch.Tensor | None = None,
     family: Family = "qwen2_vl",
     spatial_merge_size: int = 2,
-    tokens_per_second: float = 2.0,
+    tokens_per_second: float | None = None,
     rule: Rule = "v4",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Batched M-RoPE ids and rope deltas, as a VL model's ``get_rope_index`` computes them.
@@ -140,48 +184,42 @@ def mrope_position_ids(
     Args:
         token_types: [b, L] integer ``mm_token_type_ids`` (0 text, 1 image, 2 video); build it from input ids with
             ``(ids == image_token_id) + 2 * (ids == video_token_id)`` for v4-style inputs.
-        attention_mask: [b, L] 0/1 (left or right padding); None = no padding.
-        image_grid_thw, video_grid_thw: [n, 3] grids in the order the images / videos appear in the batch.
-        second_per_grid_ts: one value per video (Qwen2.5-VL); None means 1.0.
+        attention_mask: [b, L] holding only 0 and 1 (any dtype; left or right padding); None = no padding.
+            transformers keeps a token where ``mask.bool()`` but numbers text positions with ``mask.long()``, so
+            a 0.4 would mean both; other values are refused.
+        image_grid_thw, video_grid_thw: [n, 3] grids in the order the images / videos appear in the batch; h and w
+            must be multiples of ``spatial_merge_size``.
+        second_per_grid_ts: one value per video, Qwen2.5-VL only (refused for the other families); None means 1.0.
         family, spatial_merge_size, tokens_per_second, rule: as :func:`mrope_positions`.
 
     Returns:
         (position_ids int64 [3, b, L], rope_deltas int64 [b, 1]).
 
     Raises:
-        ValueError: naming the argument when the vision tokens do not match the grids (count or run lengths).
+        ValueError: naming the argument when the vision tokens do not match the grids (count or run lengths), a
+            grid is not divisible by the merge, the mask is not 0/1, or timing is given to a family without it.
     """
-    _check_common(family, rule, spatial_merge_size, tokens_per_second)
+    tps = _check_common(family, rule, spatial_merge_size, tokens_per_second)
     if not isinstance(token_types, torch.Tensor) or token_types.dim() != 2:
         raise ValueError(
             f"token_types must be a [batch, seq] tensor, got {getattr(token_types, 'shape', token_types)!r}"
         )
     b, length = token_types.shape
-    if attention_mask is not None and (
-        not isinstance(attention_mask, torch.Tensor) or tuple(attention_mask.shape) != (b, length)
-    ):
-        raise ValueError(
-            f"attention_mask must have shape ({b}, {length}), got {getattr(attention_mask, 'shape', None)}"
-        )
-    images = [
-        _grid_thw_ints(g, f"image_grid_thw[{i}]")
-        for i, g in enumerate(image_grid_thw if image_grid_thw is not None else [])
-    ]
-    videos = [
-        _grid_thw_ints(g, f"video_grid_thw[{i}]")
-        for i, g in enumerate(video_grid_thw if video_grid_thw is not None else [])
-    ]
-    spgs: list[float] = []
-    for i, s in enumerate(second_per_grid_ts if second_per_grid_ts is not None else [1.0] * len(videos)):
-        v = s.item() if isinstance(s, torch.Tensor) and s.numel() == 1 else s
-        if not _pos_finite(v):
-            raise ValueError(f"second_per_grid_ts[{i}] must be a finite number > 0, got {s!r}")
-        spgs.append(float(v))
-    if len(spgs) != len(videos):
-        raise ValueError(f"second_per_grid_ts has {len(spgs)} entries for {len(videos)} videos")
+    if attention_mask is not None:
+        _check_mask(attention_mask, b, length)
+    grids = {
+        1: _grids(image_grid_thw, "image_grid_thw", spatial_merge_size),
+        2: _grids(video_grid_thw, "video_grid_thw", spatial_merge_size),
+    }
+    spgs: list[float | None] = [None] * len(grids[2])
+    if second_per_grid_ts is not None:
+        _check_timed_family(family, "second_per_grid_ts")
+        spgs = [_spg(s, i) for i, s in enumerate(second_per_grid_ts)]
+        if len(spgs) != len(grids[2]):
+            raise ValueError(f"second_per_grid_ts has {len(spgs)} entries for {len(grids[2])} videos")
     queues = {
-        1: [VisionBlock(g) for g in images],
-        2: [VisionBlock(g, video=True, second_per_grid_t=s) for g, s in zip(videos, spgs)],
+        1: [VisionBlock(g) for g in grids[1]],
+        2: [VisionBlock(g, video=True, second_per_grid_t=s) for g, s in zip(grids[2], spgs)],
     }
     queues[2] = [f for v in queues[2] for f in _split_frames(v, family)]  # type: ignore[misc]
     pad = 1 if rule == "v4" else 0
@@ -220,7 +258,7 @@ def mrope_position_ids(
             segs,
             family=family,
             spatial_merge_size=spatial_merge_size,
-            tokens_per_second=tokens_per_second,
+            tokens_per_second=tps if family == "qwen2_5_vl" else None,
             rule=rule,
         )
         out[:, row, keep.cpu()] = ids
@@ -237,51 +275,90 @@ def mrope_position_ids(
 def mrope_decode_positions(
     rope_deltas: torch.Tensor, past_length: int | torch.Tensor, seq_len: int = 1, *, batch: int | None = None
 ) -> torch.Tensor:
-    """Ids of new tokens during decoding: ``past_length + arange(seq_len) + delta`` on all three rows.
+    """Ids of new tokens from the rope deltas: ``past_length + arange(seq_len) + delta`` on all three rows.
+
+    The decode rule of the original model code (transformers 4.x ``generate()``): with v4 deltas and the padded
+    cache length, or v5 deltas and each row's real length, the first generated token sits at
+    ``max(prefill ids) + 1``. transformers 5.x ``generate()`` continues from the prompt's last ids instead: use
+    :func:`mrope_generate_positions` to reproduce it. (Its model forward without ``position_ids``, given a cache
+    and no attention mask, is this function with v5 deltas and ``past_length`` the padded cache length.)
 
     Args:
-        rope_deltas: [b0, 1] from :func:`mrope_position_ids` (computed once at prefill, a per-sequence constant).
-        past_length: tokens before the new ones: the padded cache length (an int) for v4 deltas; for v5 deltas
-            the number of real tokens of each row (an int, or an integer tensor [b]).
+        rope_deltas: integer [b0, 1] from :func:`mrope_position_ids` (computed once at prefill, a per-sequence
+            constant); float deltas are refused, not truncated.
+        past_length: tokens before the new ones: an int >= 0, or an integer tensor [b] (not bool) of values >= 0.
         seq_len: number of new tokens.
-        batch: expand deltas computed for fewer rows (beams, ``num_return_sequences``); must be a multiple of b0.
+        batch: expand deltas computed for fewer rows (beams, ``num_return_sequences``); a positive multiple of b0.
 
     Returns:
-        int64 [3, b, seq_len]; under either rule the first generated token sits at ``max(prefill ids) + 1``.
+        int64 [3, b, seq_len].
+
+    Raises:
+        ValueError: naming the argument and value, before anything is computed.
     """
-    if not isinstance(rope_deltas, torch.Tensor) or rope_deltas.dim() != 2 or rope_deltas.shape[1] != 1:
-        raise ValueError(
-            f"rope_deltas must be a [batch, 1] tensor, got {getattr(rope_deltas, 'shape', rope_deltas)!r}"
-        )
+    _check_int_tensor(rope_deltas, "rope_deltas", "[batch, 1]", 2)
+    if rope_deltas.shape[1] != 1:
+        raise ValueError(f"rope_deltas must be a [batch, 1] tensor, got shape {tuple(rope_deltas.shape)}")
     seq_len = whole(seq_len, 0, f"seq_len must be a non-negative int, got {seq_len!r}")
-    d = rope_deltas.to(torch.int64)
-    if batch is not None and batch != d.shape[0]:
-        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1 or batch % d.shape[0]:
-            raise ValueError(
-                f"batch={batch!r} must be a positive multiple of the {d.shape[0]} rows the deltas were computed for "
-                "(stale deltas from another batch must be recomputed, transformers PR #44873)"
-            )
-        d = d.repeat_interleave(batch // d.shape[0], dim=0)
+    rows = _check_batch(batch, rope_deltas.shape[0], "deltas")
     if isinstance(past_length, torch.Tensor):
-        if (
-            past_length.dtype.is_floating_point
-            or past_length.dim() != 1
-            or past_length.shape[0] != d.shape[0]
-        ):
-            raise ValueError(
-                f"past_length tensor must be an integer [batch={d.shape[0]}] tensor, got "
-                f"{past_length.dtype} {tuple(past_length.shape)}"
-            )
-        start = past_length.to(d.device, torch.int64).unsqueeze(1)
+        _check_int_tensor(past_length, "past_length", f"[batch={rows}]", 1)
+        if past_length.shape[0] != rows:
+            raise ValueError(f"past_length tensor must have shape ({rows},), got {tuple(past_length.shape)}")
+        if (past_length < 0).any():
+            raise ValueError(f"past_length must be non-negative, got {past_length.tolist()}")
+        start = past_length.to(rope_deltas.device, torch.int64).unsqueeze(1)
     else:
         past_length = whole(
             past_length,
             0,
             f"past_length must be a non-negative int or an integer tensor, got {past_length!r}",
         )
-        start = torch.tensor([[past_length]], dtype=torch.int64, device=d.device)
+        start = torch.tensor([[past_length]], dtype=torch.int64, device=rope_deltas.device)
+    d = rope_deltas.to(torch.int64).repeat_interleave(rows // rope_deltas.shape[0], dim=0)
     ids = start + torch.arange(seq_len, dtype=torch.int64, device=d.device) + d  # [b, s]
     return ids.unsqueeze(0).expand(3, -1, -1).clone()
+
+
+def mrope_generate_positions(
+    prefill_ids: torch.Tensor, generated: int = 0, seq_len: int = 1, *, batch: int | None = None
+) -> torch.Tensor:
+    """Ids of new tokens as transformers 5.x ``generate()`` gives them: each row's last prompt id + 1, onward.
+
+    ``generate()`` prepares the prompt's ids (``get_rope_index``, the v5 rule) and extends them by
+    ``ids[..., -1] + 1 + k`` for the k-th new token, on every row (axis) separately: after a prompt that ends in
+    an image or video the three rows differ, and after a multi-frame Qwen2/2.5-VL video the text continues below
+    the video's largest t id. The same for Qwen2-VL, Qwen2.5-VL, Qwen3-VL and GLM-4V (tested against their
+    ``generate()`` in transformers 5.23). The original code continues at ``max + 1``: :func:`mrope_decode_positions`.
+
+    Args:
+        prefill_ids: integer [3, b0, L] (or [4, b0, L] with Qwen3-VL's text row) ids of the prompt, e.g. from
+            :func:`mrope_position_ids` with ``rule="v5"``; L >= 1. ``generate()`` reads the last column, so
+            pad on the left (with right padding it continues from the padding's id, and so does this).
+        generated: new tokens already generated (and cached) before these.
+        seq_len: number of new tokens.
+        batch: expand for beams / ``num_return_sequences`` (``repeat_interleave``); a positive multiple of b0.
+
+    Returns:
+        int64 [rows, b, seq_len] with the rows of ``prefill_ids``.
+
+    Example:
+        >>> p, _ = mrope_position_ids(torch.tensor([[0, 0, 1, 1, 1, 1]]), image_grid_thw=[[1, 4, 4]], rule="v5")
+        >>> mrope_generate_positions(p)[:, 0, 0].tolist()
+        [3, 4, 4]
+    """
+    _check_int_tensor(prefill_ids, "prefill_ids", "[3 or 4, batch, seq]", 3)
+    if prefill_ids.shape[0] not in (3, 4) or prefill_ids.shape[2] == 0:
+        raise ValueError(
+            f"prefill_ids must be [3 or 4, batch, seq >= 1], got shape {tuple(prefill_ids.shape)}"
+        )
+    generated = whole(generated, 0, f"generated must be a non-negative int, got {generated!r}")
+    seq_len = whole(seq_len, 0, f"seq_len must be a non-negative int, got {seq_len!r}")
+    rows = _check_batch(batch, prefill_ids.shape[1], "prefill ids")
+    last = prefill_ids[:, :, -1:].to(torch.int64)
+    _check_fits(int(last.max()) + generated + seq_len, f"generated={generated} + seq_len={seq_len}")
+    last = last.repeat_interleave(rows // prefill_ids.shape[1], dim=1)
+    return last + 1 + generated + torch.arange(seq_len, dtype=torch.int64, device=last.device)
 
 
 def split_text_row(position_ids: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor]:

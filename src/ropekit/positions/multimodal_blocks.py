@@ -83,23 +83,43 @@ class VisionBlock:
         return t * (h // merge) * (w // merge)
 
 
-def _check_common(family: str, rule: str, merge: int, tps: float) -> None:
+def _check_common(family: str, rule: str, merge: int, tps: float | None) -> float:
+    """Check the shared arguments; return ``tokens_per_second`` (None: 2.0, the released Qwen2.5-VL checkpoints).
+
+    Only Qwen2.5-VL reads video timing: an explicit ``tokens_per_second`` for another family is refused rather
+    than ignored (the default family is qwen2_vl, so a forgotten ``family="qwen2_5_vl"`` would lose the timing).
+    """
     if family not in FAMILIES:
         raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
     if rule not in ("v4", "v5"):
         raise ValueError(f"rule must be 'v4' or 'v5', got {rule!r}")
     if not _pos_int(merge):
         raise ValueError(f"spatial_merge_size must be a positive int, got {merge!r}")
+    if tps is None:
+        return 2.0
     if not _pos_finite(tps):
         raise ValueError(f"tokens_per_second must be a finite number > 0, got {tps!r}")
+    _check_timed_family(family, f"tokens_per_second={tps!r}")
+    return float(tps)
 
 
-def _block_ids(block: VisionBlock, cur: int, family: str, merge: int, tps: float) -> torch.Tensor:
-    t, h, w = block.grid_thw
-    if h % merge or w % merge:
+def _check_timed_family(family: str, what: str) -> None:
+    """Refuse video timing (``tokens_per_second``, ``second_per_grid_t(s)``) for a family that does not read it."""
+    if family != "qwen2_5_vl":
         raise ValueError(
-            f"VisionBlock.grid_thw={block.grid_thw} has h or w not divisible by spatial_merge_size={merge}"
+            f"{what} is read by family='qwen2_5_vl' only (absolute-time video axis); family={family!r} would "
+            "ignore it: pass family='qwen2_5_vl' or leave it out"
         )
+
+
+def _check_divisible(grid: tuple[int, int, int], merge: int, what: str) -> None:
+    if grid[1] % merge or grid[2] % merge:
+        raise ValueError(f"{what}={grid} has h or w not divisible by spatial_merge_size={merge}")
+
+
+def _block_ids(block: VisionBlock, cur: int, family: str, merge: int, tps: float, rule: str) -> torch.Tensor:
+    t, h, w = block.grid_thw
+    _check_divisible(block.grid_thw, merge, "VisionBlock.grid_thw")
     hh, ww = h // merge, w // merge
     if block.video and family == "qwen2_5_vl":
         spg = 1.0 if block.second_per_grid_t is None else float(block.second_per_grid_t)
@@ -114,6 +134,10 @@ def _block_ids(block: VisionBlock, cur: int, family: str, merge: int, tps: float
         # truncation toward zero. Exact multiples land either side of an integer depending on that order and
         # dtype (25 fps: 25 * 0.08 gives 4 in float32 and 3 in float64 when 0.08 came from a float32 tensor).
         steps = (torch.arange(t) * (tps * spg)).long().tolist()
+    elif family == "qwen2_5_vl" and rule == "v4":
+        # the original Qwen2.5-VL code times an image with second_per_grid_t = 0: every temporal patch at offset
+        # 0 (transformers 5.x steps them by 1, its PR #45325)
+        steps = [0] * t
     else:
         steps = list(range(t))
     _check_fits(cur + max(steps[-1], hh - 1, ww - 1), f"VisionBlock.grid_thw={block.grid_thw}")
@@ -134,3 +158,23 @@ def _split_frames(item: int | VisionBlock, family: str) -> list[int | VisionBloc
         t, h, w = item.grid_thw
         return [VisionBlock((1, h, w), video=True, second_per_grid_t=item.second_per_grid_t)] * t
     return [item]
+
+
+def _check_int_tensor(x: object, name: str, shape: str, dim: int) -> None:
+    """An integer tensor (not bool: True would read as 1; not float: 2.7 would truncate to 2) of ``dim`` dims."""
+    if not isinstance(x, torch.Tensor) or x.dim() != dim:
+        raise ValueError(f"{name} must be a {shape} tensor, got {getattr(x, 'shape', x)!r}")
+    if x.dtype == torch.bool or x.dtype.is_floating_point or x.dtype.is_complex:
+        raise ValueError(f"{name} must be an integer tensor, got {x.dtype} {x.flatten()[:4].tolist()}")
+
+
+def _check_batch(batch: object, rows: int, what: str) -> int:
+    """The rows after expanding ``rows`` for beams: ``batch`` (a positive multiple of ``rows``) or ``rows``."""
+    if batch is None:
+        return rows
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1 or batch % rows:
+        raise ValueError(
+            f"batch={batch!r} must be a positive multiple of the {rows} rows the {what} were computed for "
+            "(stale deltas from another batch must be recomputed, transformers PR #44873)"
+        )
+    return batch

@@ -51,11 +51,31 @@ def test_qwen2_5_vl_fractional_intervals_section_3(fps: int, want: list[int]) ->
     assert ids[0].tolist() == want
 
 
-def test_qwen2_5_vl_images_always_step_one() -> None:
-    ids = mrope_positions(
-        [VisionBlock((2, 2, 2), second_per_grid_t=5.0)], family="qwen2_5_vl", tokens_per_second=2
-    )
-    assert ids[0].tolist() == [0, 1]
+def _original_qwen2_5_vl_image(before: int, grid: tuple[int, int, int], after: int) -> torch.Tensor:
+    """The image branch of the original Qwen2.5-VL ``get_rope_index`` (transformers 4.x): ``second_per_grid_t =
+    0``, so ``t_index = (arange(t) * 0 * tokens_per_second).long()``; the text after resumes at max + 1."""
+    t, h, w = grid[0], grid[1] // 2, grid[2] // 2
+    t_index = (torch.arange(t).view(-1, 1).expand(-1, h * w) * 0 * 2).long().flatten()
+    h_index = torch.arange(h).view(1, -1, 1).expand(t, -1, w).flatten()
+    w_index = torch.arange(w).view(1, 1, -1).expand(t, h, -1).flatten()
+    image = torch.stack([t_index, h_index, w_index]) + before
+    text = torch.arange(after).expand(3, -1) + int(image.max()) + 1
+    return torch.cat([torch.arange(before).expand(3, -1), image, text], dim=1)
+
+
+def test_qwen2_5_vl_image_temporal_patches_v4_at_zero_v5_step_one() -> None:
+    for grid in ((2, 2, 2), (3, 4, 2)):
+        segs = [1, VisionBlock(grid), 2]
+        v4 = mrope_positions(segs, family="qwen2_5_vl", rule="v4")
+        assert torch.equal(v4, _original_qwen2_5_vl_image(1, grid, 2)), grid
+        types_ = torch.tensor([[0] + [1] * VisionBlock(grid).tokens(2) + [0, 0]])
+        want, _ = _hf_get_rope_index(
+            "qwen2_5_vl", types_, torch.ones_like(types_), image_grid_thw=torch.tensor([grid])
+        )
+        assert torch.equal(mrope_positions(segs, family="qwen2_5_vl", rule="v5"), want[:, 0]), grid
+    assert mrope_positions([VisionBlock((2, 2, 2))], family="qwen2_5_vl", rule="v5")[0].tolist() == [0, 1]
+    # Qwen2-VL steps image patches by 1 under both rules (its original code has no time interval)
+    assert mrope_positions([VisionBlock((2, 2, 2))], family="qwen2_vl")[0].tolist() == [0, 1]
 
 
 def test_qwen2_5_vl_docstring_example_tps_25() -> None:
@@ -177,7 +197,12 @@ def test_errors() -> None:
     with pytest.raises(ValueError, match="were not used"):
         mrope_position_ids(torch.tensor([[0, 0]]), image_grid_thw=[[1, 4, 6]])
     with pytest.raises(ValueError, match="second_per_grid_ts has 2 entries for 1 videos"):
-        mrope_position_ids(torch.tensor([[2]]), video_grid_thw=[[1, 2, 2]], second_per_grid_ts=[1.0, 2.0])
+        mrope_position_ids(
+            torch.tensor([[2]]),
+            video_grid_thw=[[1, 2, 2]],
+            second_per_grid_ts=[1.0, 2.0],
+            family="qwen2_5_vl",
+        )
 
 
 I64_MAX = 2**63 - 1
