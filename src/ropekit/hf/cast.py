@@ -40,6 +40,7 @@ __all__ = [
     "buffer_spec",
     "cast_dtype",
     "reads_buffers",
+    "round_trip_dtype",
     "warn_cast",
 ]
 
@@ -92,6 +93,36 @@ def cast_dtype(module: nn.Module, layer_type: str | None = None) -> torch.dtype 
         if b is not None and b.dtype in ROUNDED_DTYPES:
             return b.dtype
     return None
+
+
+_TRIP_MEMO = "_ropekit_round_trips"
+
+
+def round_trip_dtype(module: nn.Module, spec: RopeSpec, layer_type: str | None = None) -> torch.dtype | None:
+    """The lower precision a float32 frequency buffer went through and back (``model.to(bf16).to(float32)``), or
+    None: its values are then the config's rounded to that dtype, which transformers rotates with, though the
+    buffer's dtype no longer shows the cast. Checked once per buffer state (storage, version); None for a buffer
+    that matches the config's frequencies, differs by more than a round trip can (left to the patch's probe), or
+    is absent. Dynamic specs are compared with their unscaled frequencies: transformers rotates with the (rounded)
+    buffer until the length grows past the original, then recomputes it exactly (no round trip then).
+
+    Shapes: the buffer [n] (n = spec.n_bands).
+    """
+    name = f"{_prefix(layer_type)}inv_freq"
+    buf = module._buffers.get(name)
+    if buf is None or buf.dtype not in (torch.float32, torch.float64) or buf.numel() != spec.n_bands:
+        return None
+    memo: dict[str | None, tuple[Any, torch.dtype | None]] = module.__dict__.setdefault(_TRIP_MEMO, {})
+    key = (buf.untyped_storage().data_ptr(), buf._version, buf.dtype, spec)
+    hit = memo.get(layer_type)
+    if hit is not None and hit[0] == key:
+        return hit[1]
+    want = spec.frequencies().to(torch.float64).flatten()
+    got = buf.detach().to("cpu", torch.float64).flatten()
+    far = bool(((got - want).abs() > 1e-6 * want.abs()).any())
+    out = _round_trip_dtype(got, want) if far else None
+    memo[layer_type] = (key, out)
+    return out
 
 
 def buffer_spec(module: nn.Module, spec: RopeSpec, layer_type: str | None = None) -> RopeSpec:

@@ -286,8 +286,8 @@ def unpatch(model: nn.Module) -> nn.Module:
         setattr(parent, child, orig)
     for m, original in record.modules:
         m.__class__ = original
-        for attr in ("_ropekit_specs", "_ropekit_cache_state"):
-            m.__dict__.pop(attr, None)
+        for attr in [a for a in m.__dict__ if a.startswith("_ropekit_")]:  # specs, cache state, memos
+            del m.__dict__[attr]
     for key in record.functions:
         entry = _FUNCTIONS.get(key)
         if entry is None:

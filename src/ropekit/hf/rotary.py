@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ropekit.hf.cast import buffer_spec, cast_dtype, warn_cast
+from ropekit.hf.cast import buffer_spec, cast_dtype, round_trip_dtype, warn_cast
 from ropekit.hf.config import spec_from_hf
 from ropekit.hf.config_keys import _as_dict
 from ropekit.hf.families import Family
@@ -168,6 +168,8 @@ class RopekitRotary(nn.Module):
         seq_len = self._ropekit_seq_len(spec, position_ids, layer_type)
         state = self.__dict__.get("_ropekit_cache_state")
         rounded = cast_dtype(self, layer_type) if self._ropekit_reads_buffers else None
+        if rounded is None and self._ropekit_reads_buffers and not torch.compiler.is_compiling():
+            rounded = round_trip_dtype(self, spec, layer_type)  # cast down and back: float32 rounded values
         if rounded is not None and state is not None and spec.dynamic:
             raise ValueError(
                 f"{type(self).__name__}: cache_correct=True needs the rotary buffers in float32, this model's "
