@@ -93,12 +93,32 @@ def _as_dict(config: Any) -> dict[str, Any]:
     )
 
 
+def layer_type_entries(rp: Any) -> dict[str, Any] | None:
+    """The per-layer-type entries of rope parameters ({layer type: dict or null}), or None for a flat dict.
+
+    Per layer type: at least one value a dict and every key that is not a rope parameter's name (so that
+    ``{"rope_type": None}`` is a flat dict whose rope_type is null, not a layer type called "rope_type") a dict
+    or null. transformers 5.23 can leave flat keys beside the entries (a Gemma 3 config built with flat
+    ``rope_parameters`` gets its per-layer-type defaults added to them); its rotary modules read only the entries,
+    and so does ropekit (:func:`flat_leftovers` names the ignored keys for a warning).
+    """
+    if not isinstance(rp, dict) or not rp:
+        return None
+    entries = {k: v for k, v in rp.items() if k not in _ROPE_KEYS}
+    if not entries or not any(isinstance(v, dict) for v in entries.values()):
+        return None
+    if not all(isinstance(v, dict) or v is None for v in entries.values()):
+        return None
+    return entries
+
+
+def flat_leftovers(rp: dict[str, Any]) -> list[str]:
+    """The flat rope keys beside per-layer-type entries, which transformers' rotary modules do not read."""
+    return sorted(k for k in rp if k in _ROPE_KEYS)
+
+
 def _is_nested(rp: dict[str, Any]) -> bool:
-    """Per-layer-type rope parameters: every value a dict or null, and no key a rope parameter's name (so that
-    ``{"rope_type": None}`` is a flat dict whose rope_type is null, not a layer type called "rope_type")."""
-    if not rp or any(k in _ROPE_KEYS for k in rp):
-        return False
-    return all(isinstance(v, dict) or v is None for v in rp.values())
+    return layer_type_entries(rp) is not None
 
 
 def _pos_int(v: Any, name: str) -> int:
@@ -241,6 +261,15 @@ def _rope_dict(cfg: dict[str, Any], layer_type: str | None, model_type: str) -> 
     """The rope parameters for one layer type, merged with top-level legacy keys (v5 wins over v4 over legacy)."""
     rp_all = _rope_parameters(cfg, model_type)
     if rp_all is not None and _is_nested(rp_all):
+        if flat_leftovers(rp_all):
+            warnings.warn(
+                f"config rope_parameters has per-layer-type entries {sorted(layer_type_entries(rp_all) or {})} and "
+                f"flat keys {flat_leftovers(rp_all)} beside them; transformers' rotary modules read only the "
+                "entries, and so does ropekit (the flat keys are ignored)",
+                stacklevel=5,
+            )
+            rp_all = layer_type_entries(rp_all)
+            assert rp_all is not None
         if layer_type is None:
             raise ValueError(f"config has per-layer-type RoPE parameters {sorted(rp_all)}; pass layer_type=")
         if layer_type not in rp_all:

@@ -28,7 +28,7 @@ from torch import nn
 
 from ropekit.hf.cast import buffer_spec, cast_dtype, round_trip_dtype, warn_cast
 from ropekit.hf.config import spec_from_hf
-from ropekit.hf.config_keys import _as_dict
+from ropekit.hf.config_keys import _as_dict, layer_type_entries
 from ropekit.hf.families import Family
 from ropekit.phases import INT_DTYPES, rope_tables
 from ropekit.scaling import DynamicNTK
@@ -102,9 +102,14 @@ def specs_for_config(
     """
     rp = getattr(config, "rope_parameters", None)
     per_layer = getattr(config, "per_layer_config", None)
-    nested = isinstance(rp, dict) and bool(rp) and all(isinstance(v, dict) or v is None for v in rp.values())
+    entries = layer_type_entries(
+        rp
+    )  # flat keys transformers leaves beside the entries are not read (Gemma 3)
+    nested = entries is not None
     out: dict[str | None, RopeSpec] = {}
-    types: list[str | None] = [k for k, v in rp.items() if v is not None] if nested else [None]  # type: ignore[union-attr]
+    types: list[str | None] = (
+        [k for k, v in entries.items() if v is not None] if entries is not None else [None]
+    )
     if nested and layer_types is not None:
         types = [k for k in types if k in layer_types]
     for lt in types:
