@@ -205,11 +205,13 @@ PRESETS: dict[str, Preset] = {
         ),
         _p(
             "qwen2.5-7b-yarn",
-            "Qwen2.5 7B with its documented YaRN x4 setting for 128k",
+            "Qwen2.5 7B with its documented YaRN x4 setting: 32k pretraining extended to a 128k context",
             model_type="qwen2",
             hidden_size=3584,
             num_attention_heads=28,
-            max_position_embeddings=32768,
+            # Qwen's config.json keeps 32768 and documents adding rope_scaling for 128k: the preset is that setting,
+            # used at the context it is for (factor 4 x original 32,768 = 131,072, also transformers' YaRN ratio)
+            max_position_embeddings=131072,
             rope_theta=1000000.0,
             rope_scaling={"factor": 4.0, "original_max_position_embeddings": 32768, "type": "yarn"},
         ),
@@ -328,6 +330,7 @@ def get_preset(name: str) -> Preset:
 def preset_spec(name: str, layer_type: str | None = None) -> RopeSpec:
     """The RopeSpec of a preset (for per-layer-type models, the last layer type unless ``layer_type`` is given)."""
     return get_preset(name).spec(layer_type)
+
 
 # Vision-tower presets (2-D / 3-D RoPE at their patch grids) live in presets_vision.py; importing it registers them.
 import ropekit.presets_vision  # noqa: F401

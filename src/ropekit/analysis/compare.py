@@ -44,12 +44,13 @@ SCHEMES: tuple[str, ...] = ("linear", "ntk", "dynamic", "yarn", "llama3")
 #: Schemes that need the model's own searched parameters. ``schemes`` may name them only for a spec that has one;
 #: they add no column of their own: the spec's scheme is always shown as ``model:<type>``.
 MODEL_ONLY: dict[str, type[Scaling]] = {"longrope": LongRope}
-#: What a length-dependent column means, keyed by column name ({s}: the factor T / L0; {m}: s * s - s + 1).
+#: What a length-dependent column means, keyed by column name ({s}: the factor T / L0; {m}: s * s - s + 1;
+#: {than}: "more than", or "the same as" at s = 1, where m = s).
 NOTES: dict[str, str] = {
     "dynamic": (
         "dynamic NTK, shown at the target length: every band is unchanged (1) up to L0; beyond, the base grows "
         "with the current length l as (s * l / L0 - (s - 1))^(d / (d - 2)), which reaches s^2 - s + 1 = {m:.4g} "
-        "at the target, so the slowest band is interpolated by {m:.4g}, more than s = {s:.4g} (transformers' "
+        "at the target, so the slowest band is interpolated by {m:.4g}, {than} s = {s:.4g} (transformers' "
         "formula uses s both as the factor and in the length ratio)"
     ),
     "model:DynamicNTK": "the model's dynamic NTK, shown at the target length (1 up to L0, growing with the length)",
@@ -142,8 +143,9 @@ def scheme_columns(
     ``{"context": "--context", "target": "--extend-to", "schemes": "--compare"}`` for a command line.
 
     Raises:
-        ValueError: ``context`` or ``target`` not a positive int, ``target`` below L0, ``schemes`` not a tuple of
-            known, distinct names, or a model-only scheme the spec does not have (each named with its value).
+        ValueError: ``context`` or ``target`` not a positive int, ``target`` below L0, ``schemes`` empty or not a
+            tuple of known, distinct names, or a model-only scheme the spec does not have (each named with its
+            value).
     """
     require_spec(spec)
 
@@ -161,6 +163,10 @@ def scheme_columns(
         )
     if not isinstance(schemes, (tuple, list)) or not all(isinstance(n, str) for n in schemes):
         raise ValueError(f"{arg('schemes')} must be a tuple of scheme names, got {schemes!r}")
+    if not schemes:
+        raise ValueError(
+            f"{arg('schemes')} needs at least one scheme (expected some of {', '.join(SCHEMES)}), got {schemes!r}"
+        )
     known = (*SCHEMES, *MODEL_ONLY)
     unknown = [n for n in schemes if n not in known]
     if unknown:
@@ -227,7 +233,11 @@ def compare_schemes(
         ],
         "attention_factor": {name: sp.attention_factor for name, sp in columns.items()},
         "schemes": list(columns),
-        "notes": {name: NOTES[name].format(s=s, m=s * s - s + 1) for name in columns if name in NOTES},
+        "notes": {
+            name: NOTES[name].format(s=s, m=s * s - s + 1, than="more than" if s > 1 else "the same as")
+            for name in columns
+            if name in NOTES
+        },
     }
     if refused:
         out["not_applicable"] = refused

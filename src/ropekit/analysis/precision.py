@@ -33,6 +33,7 @@ from ropekit.spec import RopeSpec, require_spec
 
 __all__ = [
     "DEFAULT_POSITIONS",
+    "RESOLVED",
     "PhaseError",
     "common_fp32_inv_freq",
     "common_fp32_tables",
@@ -40,10 +41,14 @@ __all__ = [
     "oracle_tables",
     "phase_error",
     "phase_error_table",
+    "unresolved_note",
 ]
 
 DEFAULT_POSITIONS: tuple[int, ...] = (1_000, 10_000, 100_000, 1_000_000, 10_000_000, 1 << 24)
 _ULP64 = 2.0**-53
+#: the largest oracle error bound at which a measurement still resolves ropekit's own error (~3e-8, half a float32
+#: ulp): above it the float64 reference cannot tell ropekit's error from its own (:attr:`PhaseError.resolved`)
+RESOLVED = 1e-8
 
 
 def oracle_frequencies(spec: RopeSpec, seq_len: int | None = None) -> list[float]:
@@ -71,7 +76,8 @@ class PhaseError:
     """Max |cos - cos_ref| and |sin - sin_ref| over the window ending at ``position``.
 
     ``oracle_bound`` is the oracle's own error bound there (|largest angle| * 2^-53 times the attention factor):
-    errors near or below it are "as exact as float64 can tell".
+    errors near or below it are "as exact as float64 can tell". ``window`` is the number of positions actually
+    measured: the requested window, clipped at position 0.
     """
 
     position: int
@@ -80,8 +86,22 @@ class PhaseError:
     common_fp32: float
     oracle_bound: float = 0.0
 
+    @property
+    def resolved(self) -> bool:
+        """Whether the oracle resolves ropekit's error here (``oracle_bound <= RESOLVED``); if not, ropekit's value
+        is the reference's own noise, not a measurement of ropekit."""
+        return self.oracle_bound <= RESOLVED
+
     def as_dict(self) -> dict[str, float | int]:
         return asdict(self)
+
+
+def unresolved_note(oracle_bound: float) -> str:
+    """The footnote for values marked ``*`` (not resolved): how accurate the float64 reference is there."""
+    return (
+        f"* the float64 reference is itself only accurate to about {oracle_bound:.1e} there (|angle| * 2^-53): "
+        "smaller errors are not resolved"
+    )
 
 
 def phase_error(spec: RopeSpec, position: int, *, window: int = 2048) -> PhaseError:

@@ -4,7 +4,8 @@
 For each band: theta_i (after p-RoPE and the scheme), wavelength 2*pi/theta_i, rotations completed within the
 span the layers attend over, whether it wraps. Summary: critical dimension (Liu et al. 2024, arXiv 2310.05209),
 base lower bound (Men et al. 2024, arXiv 2405.14591) and whether this base meets it, and the phase error at the
-context for the common float32 recipe vs ropekit.
+context for the common float32 recipe vs ropekit (ropekit's marked "* (not resolved)" where the float64 reference's
+own error exceeds :data:`ropekit.analysis.precision.RESOLVED`, as ``ropekit precision`` marks it).
 
 Per-layer-type models get one section per layer type: sliding layers are judged at their window (they never
 see two tokens further apart), but their phase error is measured at the full context (absolute positions).
@@ -26,7 +27,7 @@ from ropekit.analysis.bands import (
 )
 from ropekit.analysis.compare import compare_schemes, default_target
 from ropekit.analysis.layers import LayerView
-from ropekit.analysis.precision import phase_error
+from ropekit.analysis.precision import phase_error, unresolved_note
 from ropekit.cli.source import scaling_dict, spec_dict
 from ropekit.scaling import Scaling
 from ropekit.spec import RopeSpec
@@ -102,6 +103,9 @@ def report(
             "phase_error_window": err.window,
             "phase_error_common_fp32": err.common_fp32,
             "phase_error_ropekit": err.ropekit,
+            # the float64 reference's own error there: above RESOLVED, ropekit's value is the reference's noise
+            "phase_error_oracle_bound": err.oracle_bound,
+            "phase_error_ropekit_resolved": err.resolved,
         },
         **_axes_section(spec, context, extents),
     }
@@ -197,7 +201,21 @@ def _write_view(rep: dict[str, Any], out: TextIO) -> None:
         f"  phase error at the context (max |dcos|,|dsin| over {sm['phase_error_window']} positions ending at it):\n"
     )
     w(f"      common float32 recipe (HF, Megatron, TE, torchtune) : {sm['phase_error_common_fp32']:.2e}\n")
-    w(f"      ropekit                                             : {sm['phase_error_ropekit']:.2e}\n")
+    resolved = sm["phase_error_ropekit_resolved"]
+    w(
+        f"      ropekit                                             : {sm['phase_error_ropekit']:.2e}"
+        + ("\n" if resolved else " * (not resolved)\n")
+    )
+    if not resolved:
+        w(
+            textwrap.fill(
+                unresolved_note(sm["phase_error_oracle_bound"]),
+                110,
+                initial_indent="      ",
+                subsequent_indent="        ",
+            )
+            + "\n"
+        )
     if "axes" in rep:
         from ropekit.analysis.axes import format_axis_report
 

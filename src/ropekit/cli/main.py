@@ -15,7 +15,7 @@ from ropekit.analysis.threads import single_thread
 from ropekit.cli import inspect_cmd, precision_cmd
 from ropekit.cli.outputs import check_out_dir, check_out_file
 from ropekit.cli.presets_cmd import list_presets
-from ropekit.cli.source import add_source_args, resolve_views
+from ropekit.cli.source import add_source_args, check_length, resolve_views
 
 __all__ = ["DEFAULT_COMPARE", "build_parser", "main"]
 
@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--extend-to",
         type=int,
         default=None,
-        help="compare scaling schemes at this target length (default with --compare: max(4 x L0, context))",
+        help="compare scaling schemes at this target length, <= 2^53 (default with --compare: max(4 x L0, context))",
     )
     pi.add_argument(
         "--compare",
@@ -134,10 +134,16 @@ def build_parser() -> argparse.ArgumentParser:
     pp = sub.add_parser("precision", help="phase error of ropekit vs the common float32 recipe, by position")
     add_source_args(pp)
     pp.add_argument(
-        "--positions", type=str, default=None, help="comma-separated positions (default 1e3..1e7, 2^24)"
+        "--positions",
+        type=str,
+        default=None,
+        help="comma-separated positions (default 1e3..1e7, 2^24; with --context C: those below C, then C)",
     )
     pp.add_argument(
-        "--window", type=int, default=2048, help="positions measured ending at each position (default 2048)"
+        "--window",
+        type=int,
+        default=2048,
+        help="positions measured ending at each position (default 2048; from 0 for a position below it)",
     )
     pp.add_argument("--markdown", action="store_true", help="print a Markdown table")
     from ropekit.cli import report_cmd
@@ -147,6 +153,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _inspect(args: argparse.Namespace) -> int:
+    if args.extend_to is not None:
+        check_length("--extend-to", args.extend_to)
     source, views = resolve_views(args)
     if args.extend_to is not None or args.compare is not None:
         schemes = tuple(
@@ -165,9 +173,28 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def _precision(args: argparse.Namespace) -> int:
+    """--context C measures the default positions below C and C itself; with spec flags it also sets the
+    default L0 of --scaling dynamic/yarn/llama3 (C / factor). With --positions it has no other use: refused."""
+    sets_l0 = (
+        args.source is None and args.scaling in ("dynamic", "yarn", "llama3") and args.original_length is None
+    )
+    if args.context is not None and args.positions is not None and not sets_l0:
+        raise ValueError(
+            f"--context {args.context} has no effect with --positions {args.positions!r}: --context picks the "
+            "positions measured (the defaults below it, then it), and the spec "
+            + ("comes from SOURCE" if args.source is not None else "has no length of its own")
+            + "; drop one of them"
+        )
     source, views = resolve_views(args)
     return precision_cmd.run_views(
-        source, views, args.positions, args.window, as_json=args.json, markdown=args.markdown, out=sys.stdout
+        source,
+        views,
+        args.positions,
+        args.window,
+        as_json=args.json,
+        markdown=args.markdown,
+        out=sys.stdout,
+        context=args.context,
     )
 
 

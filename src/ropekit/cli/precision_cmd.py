@@ -11,20 +11,24 @@ import json
 from typing import Any, TextIO
 
 from ropekit.analysis.layers import LayerView
-from ropekit.analysis.precision import DEFAULT_POSITIONS, phase_error_table
+from ropekit.analysis.precision import DEFAULT_POSITIONS, phase_error_table, unresolved_note
 from ropekit.cli.inspect_cmd import scaling_text
 from ropekit.cli.source import spec_dict
 from ropekit.spec import RopeSpec
 
-__all__ = ["parse_positions", "run", "run_views"]
-
-_RESOLVED = 1e-8  # oracle error bounds above this are flagged: the table cannot resolve ropekit's ~3e-8 there
+__all__ = ["context_positions", "parse_positions", "run", "run_views"]
 
 
-def parse_positions(text: str | None) -> tuple[int, ...]:
-    """Comma-separated positions ("1e3,1e6,16777216"); None gives :data:`DEFAULT_POSITIONS`."""
+def context_positions(context: int) -> tuple[int, ...]:
+    """The positions ``precision --context C`` measures: :data:`DEFAULT_POSITIONS` below C, then C itself."""
+    return (*(p for p in DEFAULT_POSITIONS if p < context), context)
+
+
+def parse_positions(text: str | None, context: int | None = None) -> tuple[int, ...]:
+    """Comma-separated positions ("1e3,1e6,16777216"); None gives :func:`context_positions` of ``context``, or
+    :data:`DEFAULT_POSITIONS` without one."""
     if text is None:
-        return DEFAULT_POSITIONS
+        return DEFAULT_POSITIONS if context is None else context_positions(context)
     try:
         floats = [float(t) for t in text.split(",") if t.strip()]
     except ValueError:
@@ -52,13 +56,21 @@ def run_views(
     as_json: bool,
     markdown: bool,
     out: TextIO,
+    context: int | None = None,
 ) -> int:
-    """One table per distinct RoPE; JSON ``{"source", "window", "views": [{"layer_types", "spec", "results"}]}``."""
+    """One table per distinct RoPE; JSON ``{"source", "window", "window_requested", "views": [{"layer_types",
+    "spec", "results"}]}``.
+
+    ``context`` (``--context``), when given without ``positions``, measures :func:`context_positions`. The window
+    ending at a position p < ``window`` - 1 starts at 0 and holds p + 1 positions: each result's ``window`` is the
+    one measured, the top-level ``window`` is the one every result used (null when they differ; the text header
+    then says "or from position 0 where fewer"), ``window_requested`` is ``--window``.
+    """
     if as_json and markdown:
         raise ValueError("--json and --markdown are exclusive: pick one output format")
     if window < 1:
         raise ValueError(f"--window must be >= 1, got {window}")
-    pos = parse_positions(positions)
+    pos = parse_positions(positions, context)
     groups: dict[RopeSpec, list[str | None]] = {}  # layer types sharing one RoPE share one table
     for v in views:
         groups.setdefault(v.spec, []).append(v.layer_type)
@@ -69,13 +81,23 @@ def run_views(
             {
                 "layer_types": [t for t in types if t is not None],
                 "spec": spec_dict(spec),
-                "results": [r.as_dict() for r in rows],
+                "results": [{**r.as_dict(), "resolved": r.resolved} for r in rows],
             }
         )
+    used = {r["window"] for t in tables for r in t["results"]}
+    common = next(iter(used)) if len(used) == 1 else None
     if as_json:
-        json.dump({"source": source, "window": window, "views": tables}, out, indent=2)
+        json.dump(
+            {"source": source, "window": common, "window_requested": window, "views": tables}, out, indent=2
+        )
         out.write("\n")
         return 0
+    if common is None:  # some positions are below window - 1: their window is 0..position
+        over = f"{window} positions ending at each position, or from position 0 where fewer"
+    elif common != window:
+        over = f"{common} positions ending at each position (--window {window} cut at position 0)"
+    else:
+        over = f"{window} positions ending at each position"
     for i, ((spec, _), t) in enumerate(zip(groups.items(), tables)):
         if i:
             out.write("\n")
@@ -83,7 +105,7 @@ def run_views(
             label = f"layer type{'s' if len(t['layer_types']) > 1 else ''} {', '.join(t['layer_types'])}"
             out.write(f"### {label}\n\n" if markdown else f"== {label}\n")
         rows = t["results"]
-        mark = [" *" if r["oracle_bound"] > _RESOLVED else "" for r in rows]
+        mark = [" *" if not r["resolved"] else "" for r in rows]
         if markdown:
             out.write("| position | common float32 recipe | ropekit |\n|---:|---:|---:|\n")
             out.writelines(
@@ -93,7 +115,7 @@ def run_views(
         else:
             sc = "" if spec.scaling is None else f"\nscaling: {scaling_text(spec.scaling)}"
             out.write(
-                f"max |cos - cos_ref|, |sin - sin_ref| over {window} positions ending at each position "
+                f"max |cos - cos_ref|, |sin - sin_ref| over {over} "
                 f"(head_dim {spec.head_dim}, {'explicit freqs' if spec.freqs is not None else f'base {spec.base:g}'}; "
                 f"reference: float64){sc}\n"
             )
@@ -104,9 +126,5 @@ def run_views(
                 for r, m in zip(rows, mark)
             )
         if any(mark):
-            worst = max(r["oracle_bound"] for r in rows)
-            out.write(
-                f"\n* the float64 reference is itself only accurate to about {worst:.1e} there (|angle| * 2^-53): "
-                "smaller errors are not resolved\n"
-            )
+            out.write("\n" + unresolved_note(max(r["oracle_bound"] for r in rows)) + "\n")
     return 0

@@ -36,13 +36,13 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Run ``ropekit report`` for parsed ``args``; ``out``/``err`` default to the current sys.stdout/stderr."""
     from ropekit.cli.outputs import check_out_dir
-    from ropekit.cli.source import _check_context
+    from ropekit.cli.source import check_length
     from ropekit.report.build import build_report
     from ropekit.report.page import write_report
     from ropekit.report.sources import resolve
 
     if args.context is not None:
-        _check_context(args.context)
+        check_length("--context", args.context)
     check_out_dir("--out", args.out)  # before the figures are built, not after
     t0 = time.perf_counter()
     source = resolve(args.source)

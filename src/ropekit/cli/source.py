@@ -3,7 +3,8 @@
 
 ``ropekit inspect`` and ``ropekit precision`` share the same source arguments:
 
-- ``SOURCE``: a preset name (``ropekit presets``) or a path to a transformers ``config.json``;
+- ``SOURCE``: a preset name (``ropekit presets``), a path to a transformers ``config.json`` or a model folder
+  holding one (``save_pretrained``; only its config.json is read);
 - or spec flags: ``--head-dim --base --rotary-dim --layout --p`` and a scheme ``--scaling NAME --factor F
   [--original-length L0]`` (L0 defaults to context / factor: the length the model was trained at);
 - ``--layer-type`` picks one layer type of a per-layer-type model; ``--context`` overrides the context.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,7 @@ __all__ = [
     "DEFAULT_CONTEXT",
     "DEFAULT_HEAD_DIM",
     "add_source_args",
+    "check_length",
     "resolve_views",
     "spec_dict",
 ]
@@ -46,7 +49,8 @@ def add_source_args(p: argparse.ArgumentParser) -> None:
         nargs="?",
         default=None,
         metavar="SOURCE",
-        help="a preset name (`ropekit presets`) or a config.json path (default: the spec flags)",
+        help="a preset name (`ropekit presets`), a config.json path or a model folder with one "
+        "(default: the spec flags)",
     )
     p.add_argument(
         "--head-dim", type=int, default=None, help=f"channels per head (default {DEFAULT_HEAD_DIM})"
@@ -86,12 +90,46 @@ def add_source_args(p: argparse.ArgumentParser) -> None:
 MAX_CONTEXT = 1 << 53
 
 
-def _check_context(context: int) -> None:
-    if not 1 <= context <= MAX_CONTEXT:
-        raise ValueError(f"--context must be a positive int <= 2^53 = {MAX_CONTEXT:,}, got {context}")
+def check_length(flag: str, value: int) -> None:
+    """Refuse a length flag (``--context``, ``--extend-to``) outside 1..2^53, naming ``flag`` and ``value``."""
+    if not 1 <= value <= MAX_CONTEXT:
+        raise ValueError(f"{flag} must be a positive int <= 2^53 = {MAX_CONTEXT:,}, got {value}")
+
+
+#: field of a spec or scheme (as its errors name it: ``RopeSpec.base``, ``Yarn.factor``) -> the flag that sets it
+_FIELD_FLAGS = {
+    "head_dim": "--head-dim",
+    "base": "--base",
+    "rotary_dim": "--rotary-dim",
+    "layout": "--layout",
+    "p": "--p",
+    "factor": "--factor",
+    "original_max_position_embeddings": "--original-length",
+    "max_position_embeddings": "--original-length",
+}
+_FIELD = re.compile(r"\b(?:RopeSpec|Linear|NTK|DynamicNTK|Yarn|Llama3)\.(\w+)|\bhead_dim=")
 
 
 def _flag_spec(args: argparse.Namespace, context: int) -> RopeSpec:
+    """The spec the flags describe; the spec's and scheme's own errors are re-raised naming the flags as typed
+    (``RopeSpec.base must be ...`` -> ``--base must be ...``), with their reason and value."""
+    try:
+        return _build_flag_spec(args, context)
+    except ValueError as e:
+        msg = str(e)
+        named = _FIELD.sub(_flag_for, msg)
+        if named == msg:
+            raise
+        raise ValueError(named) from None
+
+
+def _flag_for(m: re.Match[str]) -> str:
+    if m.group(1) is None:  # "head_dim=128" inside another field's message
+        return "--head-dim="
+    return _FIELD_FLAGS.get(m.group(1), m.group(0))
+
+
+def _build_flag_spec(args: argparse.Namespace, context: int) -> RopeSpec:
     if args.scaling is None:
         extra = [f for f in ("factor", "original_length") if getattr(args, f) is not None]
         if extra:
@@ -123,7 +161,7 @@ def _flag_spec(args: argparse.Namespace, context: int) -> RopeSpec:
 def resolve_views(args: argparse.Namespace) -> tuple[str | None, list[LayerView]]:
     """(source name or None, one view per layer type) from the parsed source arguments."""
     if args.context is not None:
-        _check_context(args.context)
+        check_length("--context", args.context)
     if args.source is None:
         if args.layer_type is not None:
             raise ValueError("--layer-type needs a preset or config.json SOURCE")
@@ -137,8 +175,16 @@ def resolve_views(args: argparse.Namespace) -> tuple[str | None, list[LayerView]
     if args.source in PRESETS:
         return args.source, get_preset(args.source).views(args.context, args.layer_type)
     path = Path(args.source)
-    if not path.is_file():
-        raise ValueError(f"{args.source!r} is neither a preset ({', '.join(PRESETS)}) nor a config.json file")
+    if (
+        path.is_dir()
+    ):  # a transformers model folder (save_pretrained): its config.json, as `ropekit report` reads
+        if not (path / "config.json").is_file():
+            raise ValueError(f"SOURCE {args.source!r} is a folder without config.json")
+        path = path / "config.json"
+    elif not path.is_file():
+        raise ValueError(
+            f"{args.source!r} is neither a preset ({', '.join(PRESETS)}), a config.json file nor a model folder"
+        )
     try:
         cfg = json.loads(path.read_text())
     except json.JSONDecodeError as e:

@@ -68,7 +68,7 @@ def test_inspect_table_is_readable() -> None:
 
 def test_bad_arguments_exit_2_with_the_field() -> None:
     rc, _, err = _run(["inspect", "--head-dim", "7"])
-    assert rc == 2 and "head_dim" in err and "7" in err
+    assert rc == 2 and "--head-dim" in err and "7" in err
     rc, _, err = _run(["inspect", "--context", "0"])
     assert rc == 2 and "context" in err
 
