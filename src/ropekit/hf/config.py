@@ -44,10 +44,6 @@ from ropekit.hf.config_keys import (
     _did_you_mean,
     _factors,
     _head_dim,
-    _hf_kept_bands,
-    _hf_partial_factor,
-    _hf_proportional_factor,
-    _hf_rotary_dim,
     _int,
     _max_positions,
     _num,
@@ -59,6 +55,12 @@ from ropekit.hf.config_keys import (
 )
 from ropekit.hf.config_v4 import check_schema, spec_to_hf_v4
 from ropekit.hf.default_theta import DEFAULT_THETA
+from ropekit.hf.partial_factor import (
+    _hf_kept_bands,
+    _hf_partial_factor,
+    _hf_proportional_factor,
+    _hf_rotary_dim,
+)
 from ropekit.scaling import NTK, DynamicNTK, Linear, Llama3, LongRope, Scaling, Yarn
 from ropekit.scaling.base import unchecked
 from ropekit.spec import RopeSpec

@@ -10,7 +10,7 @@
 - the value checks (finite numbers, bounds, positive integers), strict or warning (:class:`_Reader`), and the
   did-you-mean suggestions for misspelt keys;
 - transformers' partial-rotary expression ``int(head_dim * partial_rotary_factor)`` in both directions
-  (:func:`_hf_rotary_dim`, :func:`_hf_partial_factor`).
+  (moved to :mod:`ropekit.hf.partial_factor`).
 """
 
 from __future__ import annotations
@@ -355,39 +355,6 @@ def _rope_dict(cfg: dict[str, Any], layer_type: str | None, model_type: str) -> 
         if rp["rope_type"] == "longrope":  # top level wins (the Phi-3 case), as in HF's standardization
             rp["original_max_position_embeddings"] = cfg["original_max_position_embeddings"]
     return rp
-
-
-def _hf_rotary_dim(head_dim: int, factor: float) -> int:
-    """The rotary dim transformers computes: ``int(head_dim * partial_rotary_factor)``, exactly (a float product,
-    floored: 88 * (60 / 88) = 59.99999999999999 gives 59, as in transformers)."""
-    return int(head_dim * factor)
-
-
-def _hf_partial_factor(head_dim: int, rotary_dim: int) -> float:
-    """A partial_rotary_factor that transformers' ``int(head_dim * factor)`` maps back to ``rotary_dim`` exactly.
-
-    ``rotary_dim / head_dim`` when that float is exact enough (it is for most pairs), else the next float up:
-    88 * (60 / 88) = 59.99999999999999 in floating point, which transformers floors to 59."""
-    f = rotary_dim / head_dim
-    while _hf_rotary_dim(head_dim, f) < rotary_dim:
-        f = math.nextafter(f, math.inf)
-    return f
-
-
-def _hf_kept_bands(head_dim: int, factor: float) -> int:
-    """The bands transformers' 'proportional' RoPE keeps: ``int(partial_rotary_factor * head_dim // 2)``, exactly."""
-    return int(factor * head_dim // 2)
-
-
-def _hf_proportional_factor(head_dim: int, kept: int, p: float) -> float:
-    """A partial_rotary_factor that transformers' 'proportional' expression maps to ``kept`` bands: ``p`` itself when
-    it does, else ``kept / (head_dim / 2)`` nudged up to the next float that does."""
-    if _hf_kept_bands(head_dim, p) == kept:
-        return p
-    f = kept / (head_dim // 2)
-    while _hf_kept_bands(head_dim, f) < kept:
-        f = math.nextafter(f, math.inf)
-    return f
 
 
 def _num(

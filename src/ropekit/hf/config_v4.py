@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ropekit.hf.config_keys import _hf_partial_factor
+from ropekit.hf.partial_factor import _hf_partial_factor
 from ropekit.scaling import DynamicNTK, LongRope
 from ropekit.spec import RopeSpec
 
