@@ -49,9 +49,9 @@ def _steps(model: torch.nn.Module, cache: object, ids: torch.Tensor, n: int) -> 
     return out
 
 
-def test_logits_and_generation_equal_transformers_static_cache(monkeypatch: pytest.MonkeyPatch) -> None:
-    ref, ours = _models()
-    writes = []
+def _count_fused_writes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that grows by one per fused cache write (rope_cache_write called by FusedStaticLayer.update)."""
+    writes: list[int] = []
     real = kv_cache.rope_cache_write
 
     def counting(*a: object, **kw: object) -> object:
@@ -59,6 +59,12 @@ def test_logits_and_generation_equal_transformers_static_cache(monkeypatch: pyte
         return real(*a, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr("ropekit.hf.fused_cache.rope_cache_write", counting)
+    return writes
+
+
+def test_logits_and_generation_equal_transformers_static_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    ref, ours = _models()
+    writes = _count_fused_writes(monkeypatch)
     ids = torch.randint(0, VOCAB, (2, 11), generator=torch.Generator().manual_seed(1))
     want = _steps(ref, transformers.StaticCache(config=ref.config, max_cache_len=32), ids, 6)
     got = _steps(ours, FusedStaticCache(ours, max_cache_len=32), ids, 6)
@@ -203,14 +209,7 @@ def test_default_threshold_fuses_prefill_and_copies_decode_keys(monkeypatch: pyt
     StaticCache copies them; logits equal the unpatched model with transformers' StaticCache either way."""
     assert fused_cache.FUSED_MIN_K_ELEMENTS == 16384
     ref, ours = _models()
-    writes: list[int] = []
-    real = kv_cache.rope_cache_write
-
-    def counting(*a: object, **kw: object) -> object:
-        writes.append(1)
-        return real(*a, **kw)  # type: ignore[arg-type]
-
-    monkeypatch.setattr("ropekit.hf.fused_cache.rope_cache_write", counting)
+    writes = _count_fused_writes(monkeypatch)
     ids = torch.randint(0, VOCAB, (4, 128), generator=torch.Generator().manual_seed(3))
     want = _steps(ref, transformers.StaticCache(config=ref.config, max_cache_len=140), ids, 4)
     got = _steps(ours, FusedStaticCache(ours, max_cache_len=140), ids, 4)
