@@ -177,3 +177,35 @@ def test_kernels_md_liger_gap_table_is_run_7() -> None:
             assert got[0] == round(want, 1), (cells[:2], cell)
             if len(got) > 1:
                 assert got[1] == round(100 * us["copy"] / want), (cells[:2], cell)
+
+
+def test_kernels_md_liger_gap_table_is_run_8() -> None:
+    """Run 8's same-loop table (H100): copy, the default launch and Liger are docs/bench-gpu-h100-run8.json's cells;
+    the "best" column is the minimum over the head-loop configurations; percents are copy / time."""
+    run8 = json.loads((ROOT / "docs" / "bench-gpu-h100-run8.json").read_text())
+    assert run8["machine"]["gpu"] == "NVIDIA H100 80GB HBM3"
+    text = (ROOT / "docs" / "kernels.md").read_text()
+    start = text.index("### Run 8")
+    start = text.index("| shape | tokens | copy |", start)
+    lines = [ln for ln in text[start:].split("\n\n")[0].splitlines() if "---" not in ln][1:]
+    assert len(lines) == len(run8["results"]) == 8
+    for line in lines:
+        cells = _cells(line)
+        (us,) = [
+            r["us"]
+            for r in run8["results"]
+            if r["model"] == f"llama3-{cells[0].lower()}" and r["tokens"] == int(cells[1].replace(",", ""))
+        ]
+        expect = [
+            us["copy"],
+            us["default"],
+            us["liger"],
+            min(v for n, v in us.items() if n.startswith("loop")),
+        ]
+        assert len(cells) == 2 + len(expect), line
+        for column, (want, cell) in enumerate(zip(expect, cells[2:], strict=True)):
+            got = _num(cell)
+            assert got[0] == round(want, 1), (cells[:2], cell)
+            assert len(got) == (1 if column == 0 else 2), (cells[:2], cell)  # copy has no percent
+            if column:
+                assert got[1] == round(100 * us["copy"] / want), (cells[:2], cell)
