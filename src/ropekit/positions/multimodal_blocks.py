@@ -63,7 +63,8 @@ class VisionBlock:
         grid_thw: (T, h, w) in patches, as the processor's ``image_grid_thw`` / ``video_grid_thw`` rows: three
             positive ints (Python, NumPy or 0-d integer tensors) or a 1-D integer tensor of 3; stored as ints.
         video: True for a video (temporal scaling and per-frame splitting apply), False for an image.
-        second_per_grid_t: seconds per temporal patch (Qwen2.5-VL videos: ``temporal_patch_size / fps``).
+        second_per_grid_t: seconds per temporal patch (Qwen2.5-VL videos: ``temporal_patch_size / fps``); refused
+            for an image (``video=False``), which has no frame interval.
     """
 
     grid_thw: tuple[int, int, int]
@@ -77,6 +78,11 @@ class VisionBlock:
         s = self.second_per_grid_t
         if s is not None and not _pos_finite(s):
             raise ValueError(f"VisionBlock.second_per_grid_t must be a finite number > 0 or None, got {s!r}")
+        if s is not None and not self.video:
+            # an image has no frame interval: the timing would be ignored
+            raise ValueError(
+                f"VisionBlock.second_per_grid_t={s!r} applies to videos only: pass video=True or leave it out"
+            )
 
     def tokens(self, merge: int) -> int:
         t, h, w = self.grid_thw

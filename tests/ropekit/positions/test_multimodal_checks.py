@@ -110,6 +110,16 @@ def test_video_timing_is_refused_for_families_that_ignore_it(family: str) -> Non
     assert fast[0][0, 0].tolist() == [0, 1, 1, 1, 1, 11, 11, 11, 11, 12]
 
 
+def test_an_image_refuses_a_frame_interval() -> None:
+    """An image has no frame interval: Qwen2.5-VL's ``second_per_grid_ts`` holds one value per video only, so a
+    ``second_per_grid_t`` on an image block would be ignored and is refused, whatever the family."""
+    with pytest.raises(ValueError, match=r"second_per_grid_t=0.5 applies to videos only: pass video=True"):
+        VisionBlock((2, 4, 4), second_per_grid_t=0.5)
+    with pytest.raises(ValueError, match=r"second_per_grid_t=0.5 applies to videos only"):
+        VisionBlock((1, 4, 4), video=False, second_per_grid_t=0.5)
+    assert VisionBlock((2, 4, 4), video=True, second_per_grid_t=0.5).second_per_grid_t == 0.5
+
+
 def test_transformers_ignores_the_timing_it_is_refused_for() -> None:
     """The oracle for refusing: Qwen2-VL's ``get_rope_index`` takes ``second_per_grid_ts`` and drops it."""
     pytest.importorskip("transformers")
