@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+import numpy as np
 import torch
 
 from ropekit.axis_gather import gather_bands as _gather_bands
@@ -241,9 +242,9 @@ def _tables_for_call(
         cos, sin = None, same
     else:  # integer positions: one gather from the cache apply_rope's 1-D path reads too (inside axis_tables)
         cos, sin = axis_tables(pos, spec, dtype=torch.float64 if need64 else torch.float32, device=q.device)
-    v = _version(positions)
-    if v is not None and not torch.compiler.is_compiling():
-        _LAST_CALL[0] = (positions, v, spec, (q.device, need64), row0, cos, sin)
+    stamp = _stamp(positions)
+    if stamp is not None:
+        _LAST_CALL[0] = (positions, stamp, spec, (q.device, need64), row0, cos, sin)
     return cos, sin
 
 
@@ -291,14 +292,41 @@ def _version(t: torch.Tensor) -> int | None:
         return None
 
 
+def _stamp(positions: torch.Tensor) -> tuple[int, Any] | None:
+    """What a memory keeps of ``positions`` to recognise it unchanged: its version counter and a copy of its values
+    (a NumPy copy on the CPU: torch's copy and comparison of a few thousand ids run on OpenMP threads that stall
+    on a busy machine). None: not memoised (inference and meta tensors, under ``torch.compile``)."""
+    v = _version(positions)
+    if v is None or positions.device.type == "meta" or torch.compiler.is_compiling():
+        return None
+    if positions.device.type == "cpu":
+        return v, positions.detach().numpy().copy()
+    return v, positions.detach().clone()
+
+
+def _same_values(copy: Any, positions: torch.Tensor) -> bool:
+    """``positions`` holds the values of ``copy`` (from :func:`_stamp`), in the same shape and dtype."""
+    if isinstance(copy, np.ndarray):
+        if positions.device.type != "cpu":
+            return False
+        now = positions.detach().numpy()
+        return bool(copy.shape == now.shape and copy.dtype == now.dtype and (copy == now).all())
+    if copy.device != positions.device or copy.dtype != positions.dtype:
+        return False
+    return bool(torch.equal(copy, positions))
+
+
 def _fresh(memo: tuple[Any, ...] | None, positions: object) -> bool:
-    """A memory ``(positions, version, ...)`` still holds for ``positions``: the very same tensor object (held by
-    the memory, so its storage cannot pass to another tensor) with the same version counter (an in-place change
-    misses). Never under ``torch.compile``; inference tensors (no version counter) never match."""
+    """A memory ``(positions, stamp, ...)`` (:func:`_stamp`) still holds for ``positions``: the very same tensor
+    object (held by the memory, so its storage cannot pass to another tensor), the same version counter, and the
+    same values. The values are compared too because some writes do not move the version counter: through a NumPy
+    array that shares the memory (``torch.from_numpy``), through ``.data``, DLPack or another library's kernel.
+    Never under ``torch.compile``; inference and meta tensors are never memoised."""
     if memo is None or memo[0] is not positions or torch.compiler.is_compiling():
         return False
-    v = _version(cast(torch.Tensor, positions))
-    return v is not None and memo[1] == v
+    pos = cast(torch.Tensor, positions)
+    v = _version(pos)
+    return v is not None and memo[1][0] == v and _same_values(memo[1][1], pos)
 
 
 def memo_hit(rotary: torch.nn.Module, positions: object) -> tuple[Any, ...] | None:
@@ -306,7 +334,7 @@ def memo_hit(rotary: torch.nn.Module, positions: object) -> tuple[Any, ...] | No
 
     A model's L attention layers call one Rotary with the same positions tensor in one forward: the first call
     gathers the per-token tables, the others reuse them. The key is the tensor object itself (held, so its memory
-    cannot be reused by another tensor), its version counter (any in-place change misses) and the module's device.
+    cannot be reused by another tensor), its version counter and values (:func:`_fresh`) and the module's device.
     Never under ``torch.compile``.
     """
     memo = rotary.__dict__.get(_MEMO)
@@ -319,17 +347,17 @@ _EQUAL = "_ropekit_axis_equal"
 
 def equal_row_memo(rotary: torch.nn.Module, positions: object) -> torch.Tensor | None:
     """Row 0 of this very positions tensor if an earlier call found every axis equal and it is unchanged since
-    (same object, same version counter): the other layers of a decoding step skip the comparison and its host
-    sync. Never under ``torch.compile``."""
+    (same object, version counter and values: :func:`_fresh`): the other layers of a decoding step skip the
+    row comparison. Never under ``torch.compile``."""
     memo = rotary.__dict__.get(_EQUAL)
     return memo[2] if _fresh(memo, positions) else None  # type: ignore[index]
 
 
 def remember_equal_row(rotary: torch.nn.Module, positions: torch.Tensor, row: torch.Tensor) -> None:
     """Record that ``positions`` has every axis equal (``row`` is its row 0), for :func:`equal_row_memo`."""
-    v = _version(positions)
-    if v is not None and not torch.compiler.is_compiling():
-        rotary.__dict__[_EQUAL] = (positions, v, row)
+    stamp = _stamp(positions)
+    if stamp is not None:
+        rotary.__dict__[_EQUAL] = (positions, stamp, row)
 
 
 def rotary_forward_axes(
@@ -351,9 +379,9 @@ def rotary_forward_axes(
         if fmt != "thd" and pos.dim() == 3 and pos.shape[1] == 1:
             pos = pos[:, 0]
         cos, sin = _cached_axis_tables(rotary, pos, spec)
-        v = _version(positions)
-        if v is not None and not torch.compiler.is_compiling():
-            rotary.__dict__[_MEMO] = (positions, v, rotary.inv_freq.device, checked, cos, sin)
+        stamp = _stamp(positions)
+        if stamp is not None:
+            rotary.__dict__[_MEMO] = (positions, stamp, rotary.inv_freq.device, checked, cos, sin)
     cos, sin = cos.to(q.device), sin.to(q.device)
     return apply_rope_tables(q, k, cos, sin, spec, format=fmt, inplace=inplace)  # type: ignore[arg-type]
 

@@ -153,3 +153,35 @@ def test_equal_axes_row_compares_every_entry(dtype: torch.dtype) -> None:
         lists = bad.tolist()
         assert (lists[1] == lists[0] and lists[2] == lists[0]) is False
         assert at.equal_axes_row(bad, spec) is None, (a, b, s)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.float64])
+@pytest.mark.parametrize("write", ["numpy", "data"])
+def test_writes_that_skip_the_version_counter_are_seen(dtype: torch.dtype, write: str) -> None:
+    """A positions tensor refilled through memory it shares (a NumPy buffer behind ``torch.from_numpy``, or
+    ``.data``) keeps its version counter: every memory (Rotary's tables and equal-axes row, apply_rope_axes' last
+    call) still sees the new values. Each step is checked against tables built from scratch for a fresh tensor."""
+    spec = qwen2_vl_spec(16, 1e4, (2, 3, 3))
+    buf = torch.zeros(3, 1, 7, dtype=dtype).numpy()
+    pos = torch.from_numpy(buf)
+    rot = Rotary(spec, max_seq_len=256)
+    q = torch.randn(1, 7, 2, 16, dtype=torch.float32)
+    steps = [
+        [[0, 1, 2, 3, 4, 5, 6]] * 3,  # every axis equal: the equal-row memory
+        [[0, 1, 2, 2, 2, 2, 5], [0, 1, 2, 2, 3, 3, 5], [0, 1, 2, 3, 2, 3, 5]],
+        [[9, 10, 11, 11, 11, 11, 14], [9, 10, 11, 11, 12, 12, 14], [9, 10, 11, 12, 11, 12, 14]],
+        [[20, 21, 22, 23, 24, 25, 26]] * 3,
+    ]
+    version = pos._version
+    for rows in steps:
+        new = torch.tensor(rows, dtype=dtype).unsqueeze(1)
+        if write == "numpy":
+            buf[...] = new.numpy()
+        else:
+            pos.data.copy_(new)
+        assert pos._version == version  # the point of the test: the counter did not move
+        cos, sin = _scratch(new.clone(), spec)
+        want, _ = apply_rope_tables(q, None, cos, sin, spec)
+        for _ in range(2):  # two "layers" each: the second reads the memories
+            assert torch.allclose(rot(q, None, positions=pos)[0], want, rtol=0, atol=1e-6)
+            assert torch.allclose(apply_rope_axes(q, None, pos, spec)[0], want, rtol=0, atol=1e-6)
