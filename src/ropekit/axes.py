@@ -162,7 +162,7 @@ class AxisMap:
         }
 
     def letters(self) -> str:
-        """One upper-case letter per slot: the first letter of its axis name (multiaxis.md 1.1 strings)."""
+        """One upper-case letter per slot: the first letter of its axis name (e.g. "TTHHWW")."""
         return "".join(self.names[s][0].upper() for s in self.slots)
 
     def channel_axes(self, layout: str) -> tuple[int, ...]:

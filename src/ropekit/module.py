@@ -126,7 +126,17 @@ class Rotary(nn.Module):
         """float32 (cos, sin) of shape [*P, n] for ``positions`` [*P], from the cache when possible.
 
         Exact for every integer position (and float positions below 2^63); fresh tensors the caller may modify.
+        A multi-axis spec (``spec.axes``) takes positions [n_axes, *P], as :meth:`forward` does, and returns the
+        per-token tables [*P, n] that :func:`ropekit.axis_tables` gives (each band at its axis' position).
         """
+        if self.spec.axes is not None:
+            from ropekit.axis_tables import _cached_axis_tables, check_axis_positions
+
+            pos = check_axis_positions(positions, self.spec)
+            cos, sin = _cached_axis_tables(self, pos.to(self.inv_freq.device), self.spec)
+            return cos.clone(memory_format=torch.contiguous_format), sin.clone(
+                memory_format=torch.contiguous_format
+            )
         check_positions(positions)
         cos, sin = self._tables(positions.to(self.inv_freq.device))
         if cos._base is not None or sin._base is not None:  # row views of the packed cache: contiguous copies

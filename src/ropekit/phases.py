@@ -54,12 +54,14 @@ def check_positions(positions: object, name: str = "positions") -> torch.Tensor:
         )
     dt = positions.dtype
     if dt not in _INT_DTYPES and dt not in _EXACT_FLOAT_DTYPES:
-        hint = (
-            " (low-precision floats cannot represent most positions exactly: pass integers or float32/float64)"
-            if dt in (torch.float16, torch.bfloat16)
-            else ""
-        )
-        raise ValueError(f"{name} must have an integer or float32/float64 dtype, got {dt}{hint}")
+        if dt in (torch.float16, torch.bfloat16):
+            hint = " (low-precision floats cannot represent most positions exactly: pass integers or float32/float64)"
+        elif not dt.is_floating_point and not dt.is_complex and dt != torch.bool:
+            hint = " (unsigned integers wider than 8 bits are not read: convert to int64)"
+        else:
+            hint = ""
+        accepted = ", ".join(str(d).removeprefix("torch.") for d in (*_INT_DTYPES, *_EXACT_FLOAT_DTYPES))
+        raise ValueError(f"{name} must have one of the dtypes {accepted}, got {dt}{hint}")
     if positions.requires_grad:
         raise ValueError(
             f"{name} requires grad, but ropekit does not differentiate with respect to positions"

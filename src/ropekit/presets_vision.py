@@ -6,7 +6,8 @@ A vision tower has no config.json RoPE keys that ``RopeSpec.from_hf`` parses, so
 by :mod:`ropekit.presets_vl` and the extent of every axis (patches per side at the stated image size; DINOv3's
 normalised box is 2 wide). The preset's context is the largest extent (positions 0 .. side - 1 reach
 ``context - 1``; one more for Llama 4's 1-based coordinates), so the 1-D band table and the per-axis table are
-judged over the same distances. Facts: ``shared/reference/multiaxis.md`` sections 1, 8 and the models' configs.
+judged over the same distances. Facts: the models' configs and their RoPE code (see
+:mod:`ropekit.presets_vl`).
 
 Shapes: none (registry only).
 """

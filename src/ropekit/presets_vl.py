@@ -2,7 +2,9 @@
 """Multi-axis RoPE families as specs: vision-language decoders (M-RoPE) and 2-D vision towers.
 
 Each builder returns a :class:`ropekit.RopeSpec` with an :class:`ropekit.axes.AxisMap`; the facts (sections, bases,
-pairing, frequency order) are those of ``shared/reference/multiaxis.md`` sections 1, 2, 4, 6-9.
+pairing, frequency order) are those of each family's reference code: transformers' modeling files for the VL
+decoders and vision towers, timm for RoPE-ViT, Meta's dinov3 repository for DINOv3 (tests/ropekit/hf and
+tests/ropekit/timm check them against that code).
 
 Where a vision family uses its own frequency order (Pixtral's even/odd split in HF's half layout, the
 ``theta^(-4k/D)`` tables of the 2-D halves, DINOv3's ``2*pi / period``), the spec carries the exact table as

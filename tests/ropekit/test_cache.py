@@ -149,7 +149,7 @@ def test_valid_call_rerotates_to_the_frequencies_of_the_new_length() -> None:
         (
             "bshd",
             torch.arange(S, dtype=torch.float16),
-            r"positions must have an integer or float32/float64 dtype",
+            r"positions must have one of the dtypes int8, int16, int32, int64, uint8, float32, float64",
         ),
     ],
 )

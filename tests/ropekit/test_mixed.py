@@ -125,7 +125,13 @@ def test_forward_validates_like_apply_rope_axes_before_computing() -> None:
         ("k must match q in batch", ValueError, q, k[:1], pos),
         ("q must be a 4-D bshd torch.Tensor", ValueError, q.tolist(), None, pos),
         ("k must be a 4-D bshd torch.Tensor", TypeError, q, "k", pos),
-        ("positions must have an integer or float32/float64 dtype", ValueError, q, k, pos.bool()),
+        (
+            "positions must have one of the dtypes int8, int16, int32, int64, uint8, float32, float64",
+            ValueError,
+            q,
+            k,
+            pos.bool(),
+        ),
     ]
     for match, exc, qq, kk, pp in cases:
         saved = [t.clone() for t in (qq, kk) if isinstance(t, torch.Tensor)]

@@ -8,9 +8,9 @@ import pytest
 import torch
 from torch import nn
 
-from ropekit import RopeSpec, Rotary, apply_rope, rope_tables
+from ropekit import RopeSpec, Rotary, apply_rope, apply_rope_tables, rope_tables
 from ropekit.scaling import LongRope, Yarn
-from tests.oracles import reference_rope
+from tests.oracles import reference_rope, theta
 
 SPEC = RopeSpec(head_dim=32, rotary_dim=24, base=500_000.0)
 
@@ -129,7 +129,7 @@ def test_constructor_validation() -> None:
         Rotary(SPEC, max_seq_len=0)
     with pytest.raises(ValueError, match="format"):
         Rotary(SPEC, format="sbhd")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="positions must have an integer"):
+    with pytest.raises(ValueError, match="positions must have one of the dtypes int8"):
         Rotary(SPEC)(torch.randn(1, 2, 1, 32), positions=torch.arange(2).bfloat16())
 
 
@@ -160,3 +160,34 @@ def test_float64_inputs_are_rotated_in_float64(fmt: str) -> None:
     # mixed: a float64 k beside a float32 q is exact too; q stays float32-accurate
     qr, kr = rope(q.float(), k, positions=pos)
     assert (kr - reference_rope(k, pos, spec, format=fmt)).abs().max() < 1e-12  # type: ignore[operator]
+
+
+def test_tables_of_a_multi_axis_spec_are_per_token() -> None:
+    """``Rotary.tables`` of a multi-axis spec reads positions [n_axes, *P] as forward does: band j turns at the
+    position of its axis (``axes.slots[j]``), cos/sin = cos/sin(p[axis(j)] * theta_j) in float64 from the seed's
+    theta; 1-D positions are refused as forward refuses them."""
+    from ropekit import AxisMap
+
+    spec = RopeSpec(head_dim=16, axes=AxisMap.contiguous((4, 2, 2)))
+    rot = Rotary(spec)
+    pos = torch.tensor([[0, 1, 2, 3, 70], [0, 0, 1, 1, 5], [0, 1, 0, 1, 9]])
+    cos, sin = rot.tables(pos)
+    assert axes_slots(spec) == [0, 0, 0, 0, 1, 1, 2, 2]
+    th = torch.tensor(theta(spec), dtype=torch.float64)
+    angle = pos.double()[torch.tensor(axes_slots(spec))].T * th  # [5, n]
+    assert cos.shape == sin.shape == (5, 8) and cos.dtype == torch.float32
+    assert torch.allclose(cos.double(), angle.cos(), rtol=0, atol=1e-7)
+    assert torch.allclose(sin.double(), angle.sin(), rtol=0, atol=1e-7)
+    q = torch.randn(3, 5, 2, 16)  # a batch of 3 = n_axes: [A, s] tables read as [b, s] would still broadcast
+    want, _ = rot(q, None, positions=pos)
+    got, _ = apply_rope_tables(q, None, cos, sin, spec)
+    assert torch.equal(got, want)
+    cos[0, 0] = 5.0  # a fresh tensor: the module's cache is untouched
+    assert torch.equal(rot.tables(pos)[0][0, 0], torch.tensor(1.0))
+    with pytest.raises(ValueError, match=r"positions must have shape \[n_axes=3, \.\.\.\]"):
+        rot.tables(torch.arange(5))
+
+
+def axes_slots(spec: RopeSpec) -> list[int]:
+    assert spec.axes is not None
+    return list(spec.axes.slots)

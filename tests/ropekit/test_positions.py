@@ -45,8 +45,8 @@ def test_integer_likes_are_ints() -> None:
             positions_with_offset(3, bad)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"seq_len must be >= 0, got -1"):
         positions_with_offset(np.int64(-1))
-    with pytest.raises(ValueError, match=r"offset tensor must be a 1-D integer tensor"):
-        positions_with_offset(3, torch.tensor(5))  # a tensor offset stays per-row: [b]
+    with pytest.raises(ValueError, match=r"offset tensor must be a 0-d or 1-D integer tensor"):
+        positions_with_offset(3, torch.tensor([[5]]))  # per-row offsets are [b]; a 0-d tensor is one offset
 
 
 def test_mask_left_and_right_padding() -> None:

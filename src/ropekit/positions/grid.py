@@ -21,6 +21,7 @@ from typing import Literal
 import torch
 
 from ropekit.integers import whole
+from ropekit.positions.ids import check_int
 
 __all__ = [
     "grid_positions",
@@ -94,8 +95,11 @@ def grid_positions(shape: tuple[int, ...], *, start: int = 0) -> torch.Tensor:
     if not isinstance(shape, (tuple, list)) or not 1 <= len(shape) <= 4:
         raise ValueError(f"shape must be a tuple of 1 to 4 positive ints, got {shape!r}")
     dims = [_pos_int("shape entries", s) for s in shape]
-    if isinstance(start, bool) or not isinstance(start, int):
-        raise TypeError(f"start must be an int, got {start!r}")
+    start = check_int("start", start)
+    if not -(1 << 63) <= start <= (1 << 63) - max(dims):
+        raise ValueError(
+            f"start and start + {max(dims) - 1} (the last cell) must fit int64, got start={start}"
+        )
     axes = torch.meshgrid(*[torch.arange(d, dtype=torch.int64) for d in dims], indexing="ij")
     return torch.stack([a.reshape(-1) for a in axes]) + start
 

@@ -34,7 +34,9 @@ def check_int(name: str, value: object, low: int | None = None, *, kind: str = "
         TypeError: not an integer (``kind`` says what was expected, e.g. "an int or a 1-D integer tensor").
         ValueError: below ``low``.
     """
-    if isinstance(value, (bool, np.bool_)) or (isinstance(value, torch.Tensor) and value.dtype == torch.bool):
+    if isinstance(value, (bool, np.bool_)) or (
+        isinstance(value, torch.Tensor) and (value.dtype == torch.bool or value.dim() != 0)
+    ):  # a one-element 1-D tensor also has __index__: only 0-d tensors are integers here
         raise TypeError(f"{name} must be {kind}, got {value!r}")
     try:
         n = operator.index(value)  # type: ignore[arg-type]
@@ -52,12 +54,12 @@ def positions_with_offset(
 
     Args:
         seq_len: number of new tokens (>= 0): an int or an integer-like (numpy int, 0-d integer tensor).
-        offset: an int or a numpy int (e.g. the KV-cache length), or an integer tensor [b] of per-sequence
-            offsets.
+        offset: an int or a numpy int (e.g. the KV-cache length), a 0-d integer tensor (read on its device, no
+            host sync), or an integer tensor [b] of per-sequence offsets.
         device: device of the result (default: the offset tensor's, else the default device).
 
     Returns:
-        int64 [s] for an int offset, [b, s] for a tensor offset.
+        int64 [s] for an int or 0-d tensor offset, [b, s] for a 1-D tensor offset.
 
     Raises:
         ValueError: a negative ``seq_len``, a bad offset tensor, or positions past int64 (they would wrap).
@@ -65,10 +67,13 @@ def positions_with_offset(
             nor a tensor.
     """
     seq_len = check_int("seq_len", seq_len, 0)
+    if isinstance(offset, torch.Tensor) and offset.dim() == 0 and offset.dtype in _INT:
+        return positions_with_offset(seq_len, offset.reshape(1), device=device)[0]
     if isinstance(offset, torch.Tensor):
         if offset.dtype not in _INT or offset.dim() != 1:
             raise ValueError(
-                f"offset tensor must be a 1-D integer tensor of per-row offsets, got {offset.dtype} of shape {tuple(offset.shape)}"
+                f"offset tensor must be a 0-d or 1-D integer tensor ({', '.join(str(d) for d in _INT)}), got "
+                f"{offset.dtype} of shape {tuple(offset.shape)}"
             )
         dev = device if device is not None else offset.device
         if seq_len and offset.numel() and offset.device.type != "meta":
@@ -113,6 +118,8 @@ def positions_from_mask(attention_mask: torch.Tensor, *, pad_position: int = 0) 
         [[0, 0, 0, 1], [0, 1, 2, 3]]
     """
     pad_position = check_int("pad_position", pad_position)
+    if not _I64_MIN <= pad_position <= _I64_MAX:
+        raise ValueError(f"pad_position must fit int64 ([{_I64_MIN}, {_I64_MAX}]), got {pad_position}")
     m = attention_mask
     if not isinstance(m, torch.Tensor) or m.dim() != 2:
         shape = tuple(m.shape) if isinstance(m, torch.Tensor) else type(m).__name__
@@ -120,7 +127,9 @@ def positions_from_mask(attention_mask: torch.Tensor, *, pad_position: int = 0) 
     if m.dtype != torch.bool:
         if m.dtype not in _INT:
             raise ValueError(f"attention_mask must be bool or integer 0/1, got {m.dtype}")
-        if torch.compiler.is_compiling():  # traced: checked on the device, no host sync (raises when run)
+        if m.device.type == "meta":  # no values to check
+            pass
+        elif torch.compiler.is_compiling():  # traced: checked on the device, no host sync (raises when run)
             torch._assert_async(((m == 0) | (m == 1)).all(), "attention_mask must contain only 0 and 1")
         elif m.numel() and not bool(((m == 0) | (m == 1)).all()):
             raise ValueError(
@@ -138,7 +147,8 @@ def positions_from_cu_seqlens(cu_seqlens: torch.Tensor, *, total: int | None = N
         cu_seqlens: [n + 1] integer cumulative lengths, starting at 0 and non-decreasing
             (flash-attn's varlen convention), e.g. [0, 3, 5] for documents of lengths 3 and 2.
         total: the number of tokens t (e.g. ``q.shape[0]``), checked against ``cu_seqlens[-1]``. Needed under
-            ``torch.compile``, where the output length cannot come from the tensor's values.
+            ``torch.compile`` and for a meta ``cu_seqlens`` (then unchecked), where the output length cannot come
+            from the tensor's values.
 
     Returns:
         int64 [t] with t = cu_seqlens[-1], e.g. [0, 1, 2, 0, 1].
@@ -166,7 +176,13 @@ def packed_documents(
     if total is not None:
         total = check_int("total", total, 0, kind="an int (the token count) or None")
     cu = cu.to(torch.int64)
-    if torch.compiler.is_compiling():
+    if cu.device.type == "meta":  # no values: the shape comes from total, nothing can be checked
+        if total is None:
+            raise ValueError(
+                "cu_seqlens on the meta device needs total= (the token count, e.g. q.shape[0]): the output length "
+                "cannot be read from a meta tensor's values"
+            )
+    elif torch.compiler.is_compiling():
         if total is None:
             raise ValueError(
                 "positions_from_cu_seqlens under torch.compile needs total= (the token count, e.g. q.shape[0]): "

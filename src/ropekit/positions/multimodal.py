@@ -2,7 +2,7 @@
 """M-RoPE position ids [3, ...] (rows t, h, w) for interleaved text, images and video, and their rope deltas.
 
 Rules of Qwen2-VL (Wang et al. 2024, arXiv 2409.12191), Qwen2.5-VL (absolute-time temporal axis), Qwen3-VL and
-GLM-4V, as in ``shared/reference/multiaxis.md`` sections 2-6:
+GLM-4V, as transformers' ``get_rope_index`` of each family computes them:
 
 - a text run of n tokens gets ``cur + [0, n)`` on all three rows, then ``cur += n``;
 - a vision block with grid (T, h, w) in patch units and spatial merge m has ``T * (h/m) * (w/m)`` tokens in

@@ -6,7 +6,7 @@ ropekit takes float32/float64 positions on any axis and forms the angle ``p * th
 about ``|p| * theta_i * 2^-53`` rad plus the float64 rounding of p itself: below 1e-9 rad for ``|p| <= 1e6`` and
 below 1e-8 rad for ``|p| <= 1e7`` at the highest frequency (theta_0 = 1). Absolute times (Unix seconds ~1.7e9)
 must be re-referenced first (``reference=``): the subtraction happens here, in float64 for float timestamps and
-exactly in int64 for integer ones (int64 nanoseconds ~1.7e18 are past float64's 2^53; multiaxis.md 9.3).
+exactly in int64 for integer ones (int64 nanoseconds ~1.7e18 are past float64's 2^53).
 
 - :func:`time_positions`: ``(t - t_ref) / scale`` as float64, e.g. ``scale`` = seconds per position unit
   (Qwen2.5-VL's ``tokens_per_second`` is ``scale = 1 / tps``).
@@ -23,6 +23,7 @@ import math
 import numbers
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from ropekit.integers import whole
@@ -59,12 +60,16 @@ def _check_steps(out: torch.Tensor, name: str) -> torch.Tensor:
 
 
 def _read_timestamps(timestamps: object) -> torch.Tensor:
-    """A tensor as given; a (nested) sequence as int64 when it holds only ints (exact), else as float64."""
+    """A tensor as given; a NumPy array in its own dtype (a float32 array keeps float32, so its rounding is seen);
+    a (nested) sequence as NumPy reads it: int64 when it holds only ints (exact), float64 for Python floats, and
+    the narrowest type that holds NumPy scalars (float32 scalars stay float32)."""
     if isinstance(timestamps, torch.Tensor):
         return timestamps
     try:
-        t = torch.tensor(timestamps)  # ints -> int64; any float -> the default float dtype (float32): re-read
-        return torch.tensor(timestamps, dtype=torch.float64) if t.is_floating_point() else t
+        arr = np.asarray(timestamps)
+        if arr.dtype.kind not in "biuf":  # object (ints past int64, ragged lists), strings, complex, ...
+            raise TypeError(f"NumPy reads it as dtype {arr.dtype}")
+        return torch.from_numpy(np.ascontiguousarray(arr))
     except (TypeError, ValueError, RuntimeError, OverflowError) as e:
         raise ValueError(
             f"timestamps must be a tensor or a sequence of numbers that fit int64 / float64, got a "
@@ -127,7 +132,7 @@ def time_positions(
     ):
         raise ValueError(f"reference must be a finite number or None, got {reference!r}")
     if not t.is_floating_point():
-        return _int_positions(t, reference, float(scale))
+        return _check_finite(_int_positions(t, reference, float(scale)), scale)
     if reference is None:
         ref = float(t.reshape(-1)[0]) if t.numel() else 0.0
     else:
@@ -137,7 +142,17 @@ def time_positions(
             raise ValueError(
                 f"reference must fit float64 for float timestamps, got an int of {int(reference).bit_length()} bits"
             ) from None
-    return (t - ref) / float(scale)
+    return _check_finite((t - ref) / float(scale), scale)
+
+
+def _check_finite(out: torch.Tensor, scale: float) -> torch.Tensor:
+    """Refuse a result past float64 (a tiny ``scale``): inf positions would only fail later, not naming scale."""
+    if out.numel() and not bool(torch.isfinite(out).all()):
+        raise ValueError(
+            f"scale={scale!r} is too small for these timestamps: (timestamps - reference) / scale overflows "
+            "float64; pass a larger scale"
+        )
+    return out
 
 
 def _int_positions(t: torch.Tensor, reference: float | None, scale: float) -> torch.Tensor:
@@ -216,4 +231,12 @@ def v2pe_positions(segments: Sequence[tuple[str, int]], delta: float, *, start: 
             cur = (
                 float(math.ceil(last + n * delta)) + 1
             )  # the next token: the ceiling of the last visual one, plus 1
-    return _check_steps(torch.tensor(out, dtype=torch.float64), "v2pe")
+    pos = _check_steps(torch.tensor(out, dtype=torch.float64), "v2pe")
+    if pos.numel() > 1 and not bool((pos[1:] > pos[:-1]).all()):  # float64 spacing at |p| exceeds delta
+        i = int((pos[1:] <= pos[:-1]).nonzero()[0, 0])
+        raise ValueError(
+            f"v2pe positions merge: token {i + 1} sits at {float(pos[i + 1])!r}, not after token {i} "
+            f"({float(pos[i])!r}): float64 cannot step by delta={delta!r} at that magnitude (start={start!r}); "
+            "use a smaller start"
+        )
+    return pos

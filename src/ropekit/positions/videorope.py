@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 """VideoRoPE position ids [3, L] (Wei et al. 2025, arXiv 2502.05173) for interleaved text and vision blocks.
 
-Diagonal layout with adjustable temporal spacing (``shared/reference/multiaxis.md`` 9.1): a vision block's
+Diagonal layout with adjustable temporal spacing (the paper's section 3): a vision block's
 frames step by ``delta`` in time, and its rows and columns are spatially centred and move with the frame. The
 segments are those of :func:`ropekit.positions.multimodal.mrope_positions` (ints for text runs,
 :class:`~ropekit.positions.multimodal_blocks.VisionBlock` for images and videos).
@@ -28,7 +28,7 @@ def videorope_positions(
 
     A vision block at offset s gets ``t = s + i * delta`` per frame, ``h = row - (H'-1) // 2 + t`` and
     ``w = col - (W'-1) // 2 + t`` (spatially centred, moving with the frame); the next token starts at
-    ``max(t row) + 1`` (multiaxis.md 9.1). Use with :func:`ropekit.presets_vl.videorope_spec` (low-frequency
+    ``max(t row) + 1``. Use with :func:`ropekit.presets_vl.videorope_spec` (low-frequency
     temporal allocation).
 
     Returns:

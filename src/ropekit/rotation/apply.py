@@ -170,6 +170,8 @@ def _validate(
     if positions is not None:
         check_positions(positions)
         _check_positions_shape(positions, q, fmt)
+        if positions.device.type == "meta" and q.device.type != "meta":  # no values to rotate q by
+            raise ValueError(f"positions are on the meta device (no values) but q is on {q.device}")
     if inplace:
         _check_inplace_target("q", q)
         if k is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from ropekit.phases import INT_DTYPES
 from ropekit.positions.ids import packed_documents
 from ropekit.rotation.apply import apply_rope
 from ropekit.spec import RopeSpec
@@ -45,11 +46,12 @@ def apply_rope_varlen(
         if (
             not isinstance(offsets, torch.Tensor)
             or offsets.shape != (n,)
-            or offsets.is_floating_point()
-            or offsets.is_complex()
-            or offsets.dtype == torch.bool  # True / False would be read as 1 / 0
+            or offsets.dtype not in INT_DTYPES  # bool would read as 1 / 0; uint64 >= 2^63 would wrap
         ):
-            raise ValueError(f"offsets must be an integer tensor of shape ({n},), got {offsets!r}")
+            raise ValueError(
+                f"offsets must be an integer tensor ({', '.join(str(d) for d in INT_DTYPES)}) of shape ({n},), "
+                f"got {offsets!r}"
+            )
         off = offsets.to(pos.device, torch.int64)
         _check_offsets_fit(off, cu)
         pos = pos + off[doc]

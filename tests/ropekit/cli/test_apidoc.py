@@ -45,6 +45,28 @@ def test_every_subpackage_the_package_lists_is_documented() -> None:
         assert f"### `ropekit.distributed.{name}`\n\n```python\ndef {name}(" in text, name
 
 
+def test_every_position_builder_and_preset_module_is_documented() -> None:
+    """The position builders and preset tables users import by module path (README: ``ropekit.positions.time``,
+    ``.grid``, ``.multimodal``, ``ropekit.presets_vl``) are enumerated from the packages, so a new one is covered."""
+    import pkgutil
+
+    import ropekit.positions
+
+    wanted = {f"ropekit.positions.{m.name}" for m in pkgutil.iter_modules(ropekit.positions.__path__)}
+    wanted |= {
+        f"ropekit.{m.name}" for m in pkgutil.iter_modules(ropekit.__path__) if m.name.startswith("presets")
+    }
+    documented = {
+        id(getattr(importlib.import_module(m), n))
+        for m in MODULES
+        for n in importlib.import_module(m).__all__
+    }
+    for module in sorted(wanted):
+        mod = importlib.import_module(module)
+        missing = [n for n in getattr(mod, "__all__", ()) if id(getattr(mod, n)) not in documented]
+        assert not missing, (module, missing)
+
+
 def test_type_aliases_are_shown_as_aliases() -> None:
     """Literal aliases are callable objects; they used to print as ``def Layout(*args, **kwargs)``."""
     text = API_MD.read_text()
