@@ -71,6 +71,15 @@ def rerotate_keys(
 ) -> torch.Tensor:
     """Re-rotate cached keys from the frequencies of ``from_len`` to those of ``to_len``.
 
+    Precision: each call rounds k back to its own dtype, so re-rotating the same cache again and again adds one
+    rounding per call. Dynamic NTK past its length changes the frequencies at every token, and re-rotating the
+    cache once per decode step accumulates those roundings (head_dim 64, DynamicNTK(4, 64), unit-variance keys,
+    256 steps past the length; max abs error of the first 64 keys against the exact keys at the final length):
+    bfloat16 0.94 against 0.015 for one fresh rotation; float32 1.7e-5 against 3.5e-7 (5e-5 after 1000 steps);
+    float64 stays exact (4e-14 after 1000 steps). For dynamic NTK keep the pre-RoPE keys and rotate them fresh
+    at the current length, or keep a float32 / float64 shadow of the cache, re-rotate that and cast the result
+    to the cache's dtype; a single catch-up call (``from_len`` to the final ``to_len``) rounds once.
+
     Args:
         k: cached keys, already rotated at ``positions`` with ``spec.frequencies(from_len)``.
         positions: their positions ([s] or [b, s]; [t] for "thd").

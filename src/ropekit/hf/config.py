@@ -13,7 +13,12 @@ Reads a transformers config object or a config.json dict (``shared/reference/rop
   ``rope_theta`` / ``partial_rotary_factor``); ``rotary_dim`` (gptj and codegen: the rotary dim, default 64;
   minimax_m2: ``rotary_dim / head_dim``; every other family ignores it); Phi-3 ``su``/``yarn`` meaning longrope
   with a top-level ``original_max_position_embeddings``; Gemma 3 ``rope_local_base_freq`` (sliding layers, never
-  scaled); DeepSeek ``qk_rope_head_dim``; HunYuan ``dynamic`` + ``alpha`` (static NTK-alpha).
+  scaled); DeepSeek ``qk_rope_head_dim``; HunYuan ``dynamic`` + ``alpha`` (static NTK-alpha; only for the HunYuan
+  families: elsewhere ``alpha`` is an unknown key for ``dynamic``);
+- ``original_max_position_embeddings`` of llama3 / yarn / longrope as transformers' ``standardize_rope_params`` sets
+  it (:func:`ropekit.hf.config_rules.original_max`: a top-level value wins in flat rope parameters, with a warning
+  when it differs; per-layer-type entries never read it), and a per-layer-type YaRN entry's ``truncate`` as
+  transformers computes it (the outer dict's, :func:`ropekit.hf.config_rules.nested_truncate`).
 
 The rotary dim is transformers' own ``int(head_dim * partial_rotary_factor)`` (p-RoPE: ``int(factor * head_dim //
 2)`` bands), not a rounded one; an odd or zero result is refused. ``to_hf`` writes a factor that expression maps
@@ -21,10 +26,13 @@ back exactly.
 
 Strict by default: what transformers only warns about (unknown keys, factor < 1, beta_fast < beta_slow, missing
 required keys, wrong list lengths, non-finite values) raises ``ValueError`` naming the key and value;
-``strict=False`` accepts what transformers accepts, with a warning. What transformers refuses or fails on is
-refused in both modes, naming the key: a non-dict ``rope_parameters`` / ``rope_scaling``, a null value,
+``strict=False`` accepts what transformers accepts, with a warning (a missing ``original_max_position_embeddings``
+is filled from ``max_position_embeddings``, as transformers does). What transformers refuses or fails on, and
+values from which no frequency table can be computed (a zero factor, a zero LongRoPE entry, a negative YaRN beta,
+...), are refused in both modes, naming the key: a non-dict ``rope_parameters`` / ``rope_scaling``, a null value,
 ``head_dim`` / ``max_position_embeddings`` / ``qk_rope_head_dim`` that are not ints (4096.0 included: its config
-classes refuse floats), unknown ``layer_types`` entries, a Gemma 3 ``sliding_window_pattern`` below 1.
+classes refuse floats), unknown ``layer_types`` entries, a Gemma 3 ``sliding_window_pattern`` below 1. A dataclass's
+error (``RopeSpec.base must be ...``) is re-raised naming the config key and value it comes from.
 
 The keys are read and checked in :mod:`ropekit.hf.config_keys` (the rope dict of one layer type, the keys
 each ``rope_type`` takes, the did-you-mean suggestions); this module turns them into a RopeSpec (the scaling
@@ -34,6 +42,7 @@ scheme, the rotary dim, the layout) and writes a spec back (:func:`spec_to_hf`).
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from typing import Any, Literal
 
 from ropekit.hf.config_families import ROTARY_DIM_TYPES
@@ -53,6 +62,7 @@ from ropekit.hf.config_keys import (
     _unknown_note,
     check_layer_types,
 )
+from ropekit.hf.config_rules import check_computable, config_errors, refuse
 from ropekit.hf.config_v4 import check_schema, spec_to_hf_v4
 from ropekit.hf.default_theta import DEFAULT_THETA
 from ropekit.hf.partial_factor import (
@@ -94,17 +104,32 @@ _FAMILY_KEYS_NOTE = (
 _MLA_TYPES = {"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", "glm4_moe_lite", "mistral4"}
 
 
+def _computable(rp: dict[str, Any], key: str, bad: Callable[[float], bool], why: str) -> None:
+    """Refuse (both modes) a number ``rp[key]`` for which ``bad`` holds: no frequency table comes from it."""
+    v = rp.get(key)
+    refuse(not (isinstance(v, (int, float)) and not isinstance(v, bool) and bad(v)), key, v, why)
+
+
+_INF = "it divides the frequencies by zero (infinite frequencies); expected a number >= 1"
+
+
 def _scaling(r: _Reader, t: str, rp: dict[str, Any], cfg: dict[str, Any], model_type: str) -> Scaling | None:
     def mk(cls: type[Scaling], **kw: Any) -> Scaling:
         return cls(**kw) if r.strict else unchecked(cls, **kw)
 
     max_pos = _max_positions(cfg)
+    if t in ("linear", "proportional", "yarn", "llama3"):
+        _computable(rp, "factor", lambda v: v == 0, _INF)
     if t in ("default", "proportional"):
-        if t == "proportional" and rp.get("factor", 1.0) != 1.0:
+        if t == "proportional" and "factor" in rp:  # Linear(1.0) too: from_hf(spec.to_hf()) == spec
             return mk(Linear, factor=_num(r, rp, "factor", lo=1.0))
         return None
     if t == "linear":
         return mk(Linear, factor=_num(r, rp, "factor", lo=1.0))
+    if t in ("ntk", "ntk_alpha"):
+        key = "factor" if t == "ntk" else "alpha"
+        why = f"the base is multiplied by {key} ** (d / (d - 2)), 0 or not a real number; expected a number >= 1"
+        _computable(rp, key, lambda v: v <= 0, why)
     if t == "ntk":
         return mk(NTK, factor=_num(r, rp, "factor", lo=1.0))
     if t == "ntk_alpha":
@@ -116,6 +141,10 @@ def _scaling(r: _Reader, t: str, rp: dict[str, Any], cfg: dict[str, Any], model_
     if t == "dynamic":
         if max_pos is None:
             raise ValueError("rope_type 'dynamic' needs the config's max_position_embeddings")
+        why = "the base is multiplied by (factor * L / max - factor + 1) ** (d / (d - 2)), not a real number past "
+        _computable(
+            rp, "factor", lambda v: v < 0, why + "a length where it is negative; expected a number >= 1"
+        )
         return mk(DynamicNTK, factor=_num(r, rp, "factor", lo=1.0), max_position_embeddings=max_pos)
     if t == "yarn":
         L0 = _int(rp, "original_max_position_embeddings")
@@ -133,6 +162,8 @@ def _scaling(r: _Reader, t: str, rp: dict[str, Any], cfg: dict[str, Any], model_
         factor = _num(r, rp, "factor", lo=1.0)
         betas = {}
         for key, default in (("beta_fast", 32.0), ("beta_slow", 1.0)):
+            why = "YaRN takes the log of L0 / (2 pi beta) (transformers fails too); expected a number > 0"
+            _computable(rp, key, lambda v: v < 0, why)
             v = rp.get(key)
             if v is not None:
                 v = _num(r, rp, key)
@@ -148,7 +179,7 @@ def _scaling(r: _Reader, t: str, rp: dict[str, Any], cfg: dict[str, Any], model_
             warnings.warn(
                 f"yarn factor {factor:g} differs from max_position_embeddings / original_max_position_embeddings = "
                 f"{max_pos}/{L0}; using the explicit factor",
-                stacklevel=3,
+                stacklevel=4,
             )
         kw: dict[str, Any] = dict(factor=factor, original_max_position_embeddings=L0, **betas)
         for key in ("mscale", "mscale_all_dim"):
@@ -165,6 +196,19 @@ def _scaling(r: _Reader, t: str, rp: dict[str, Any], cfg: dict[str, Any], model_
                 warnings.simplefilter("ignore")
             return mk(Yarn, **kw)
     if t == "longrope":
+        for key in ("short_factor", "long_factor"):
+            vals = _factors(rp, key)
+            if 0 in vals:
+                raise ValueError(
+                    f"rope parameter {key} has a zero entry (index {vals.index(0)} of {len(vals)}), which divides "
+                    "its band's frequency by zero (an infinite frequency); expected numbers > 0"
+                )
+            bad = [(i, x) for i, x in enumerate(vals) if x < 0]
+            if bad:
+                r.problem(
+                    f"rope parameter {key} has {len(bad)} entries < 0 (index {bad[0][0]}: {bad[0][1]!r}) of "
+                    f"{len(vals)}; expected numbers > 0"
+                )
         kw = {
             "short_factor": _factors(rp, "short_factor"),
             "long_factor": _factors(rp, "long_factor"),
@@ -174,7 +218,7 @@ def _scaling(r: _Reader, t: str, rp: dict[str, Any], cfg: dict[str, Any], model_
         if rp.get("factor") is not None:
             kw["factor"] = _num(r, rp, "factor", lo=1.0)
         if rp.get("attention_factor") is not None:
-            kw["attention_factor_"] = _num(r, rp, "attention_factor", lo=0.0)
+            kw["attention_factor_"] = _num(r, rp, "attention_factor", lo=0.0, lo_open=True)
         return LongRope(**kw) if r.strict else unchecked(LongRope, **kw)
     if t == "llama3":
         L0 = _int(rp, "original_max_position_embeddings")
@@ -182,6 +226,11 @@ def _scaling(r: _Reader, t: str, rp: dict[str, Any], cfg: dict[str, Any], model_
             r.problem(
                 f"llama3 original_max_position_embeddings={L0} must be < max_position_embeddings={max_pos}"
             )
+        for key in ("low_freq_factor", "high_freq_factor"):
+            why = (
+                "llama3 divides original_max_position_embeddings by it (transformers fails too); expected > 0"
+            )
+            _computable(rp, key, lambda v: v == 0, why)
         lo, hi = (
             _num(r, rp, "low_freq_factor", lo=0, lo_open=True),
             _num(r, rp, "high_freq_factor", lo=0, lo_open=True),
@@ -227,7 +276,18 @@ def spec_from_hf(
                 f"({_FAMILY_KEYS_NOTE}) and ignores them elsewhere, as ropekit then does; set model_type"
             )
     H = _head_dim(cfg)
-    rp = _rope_dict(cfg, layer_type, model_type)
+    rp, note = _rope_dict(cfg, layer_type, model_type, r)
+    with config_errors(rp, cfg, note):
+        spec = _spec(r, rp, cfg, model_type, H, layout)
+    if not r.strict:  # strict mode's range checks already keep every value computable
+        check_computable(spec, rp)
+    return spec
+
+
+def _spec(
+    r: _Reader, rp: dict[str, Any], cfg: dict[str, Any], model_type: str, H: int, layout: str | None
+) -> RopeSpec:
+    """The RopeSpec of one merged rope dict (:func:`spec_from_hf` after the keys are gathered)."""
     t = rp["rope_type"]
     if t not in KNOWN_KEYS:
         raise ValueError(f"unknown rope_type {t!r}; known: {sorted(KNOWN_KEYS)}")
@@ -248,8 +308,15 @@ def spec_from_hf(
             r.problem("rope_type 'proportional' without partial_rotary_factor is plain RoPE; set the factor")
             rp["partial_rotary_factor"] = 1.0
         else:  # a misspelt required key is both missing and unknown: say both, with the likely spelling
+            mp = cfg.get("max_position_embeddings")
+            fill = (
+                f" (transformers fills original_max_position_embeddings with max_position_embeddings={mp}; "
+                "strict=False does too, with a warning)"
+                if "original_max_position_embeddings" in missing and mp is not None
+                else ""
+            )
             raise ValueError(
-                f"rope_type {t!r} requires {missing}; got keys {sorted(rp)}{_unknown_note(unknown, known)}"
+                f"rope_type {t!r} requires {missing}; got keys {sorted(rp)}{_unknown_note(unknown, known)}{fill}"
             )
     if unknown:
         r.problem(
@@ -271,7 +338,7 @@ def spec_from_hf(
             warnings.warn(
                 f"{model_type}: transformers' attention rotates with base 10000 and no scaling whatever the config "
                 f"says (rope_theta={base:g}, rope_type={t!r} are ignored there); ropekit reads it the same way",
-                stacklevel=3,
+                stacklevel=4,
             )
             base, scaling = 10_000.0, None
     else:

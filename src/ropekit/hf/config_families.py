@@ -12,6 +12,9 @@ __all__ = [
     "ALLOWED_LAYER_TYPES",
     "EXTRA_LAYER_TYPES",
     "NEOX_TYPES",
+    "NTK_ALPHA_TYPES",
+    "ORIGINAL_MAX_DEFAULT",
+    "ORIGINAL_MAX_IGNORES_TOP",
     "PER_LAYER_TYPE_FAMILIES",
     "ROTARY_DIM_AS_FACTOR",
     "ROTARY_DIM_TYPES",
@@ -22,6 +25,16 @@ __all__ = [
 #: families whose transformers config reads GPT-NeoX's names (``rotary_emb_base``, ``rotary_pct``, with this default
 #: fraction) and ignores the top-level ``rope_theta`` / ``partial_rotary_factor``
 NEOX_TYPES = {"gpt_neox": 0.25, "gpt_neox_japanese": 1.0}
+#: families whose transformers rotary module reads ``dynamic`` with a (truthy) ``alpha`` as static NTK-alpha
+#: (``HunYuan*RotaryEmbedding``: ``rope_type == "dynamic" and rope_parameters.get("alpha")``); every other family's
+#: dynamic NTK ignores ``alpha`` (an unknown key there)
+NTK_ALPHA_TYPES = frozenset({"hunyuan_v1_dense", "hunyuan_v1_moe", "hunyuan_vl", "hunyuan_vl_text"})
+#: families whose config class declares a top-level ``original_max_position_embeddings`` field (its default), which
+#: transformers' ``standardize_rope_params`` then uses over the rope dict's for llama3 / yarn / longrope
+ORIGINAL_MAX_DEFAULT = {"phi3": 4096, "phi4_multimodal": 4096}
+#: families whose config class overwrites the top-level ``original_max_position_embeddings`` with the rope dict's
+#: (Phi-MoE's ``validate_rope``), so a top-level value is never read
+ORIGINAL_MAX_IGNORES_TOP = frozenset({"phimoe"})
 #: families whose transformers attention rotates the first ``rotary_dim`` channels (its config class's default: 64)
 ROTARY_DIM_TYPES = frozenset({"gptj", "codegen"})
 #: families whose transformers config turns a top-level ``rotary_dim`` into ``rotary_dim / head_dim``

@@ -9,6 +9,8 @@
   sections 3-4), and :data:`KNOWN_KEYS`, the keys each ``rope_type`` requires and allows;
 - the value checks (finite numbers, bounds, positive integers), strict or warning (:class:`_Reader`), and the
   did-you-mean suggestions for misspelt keys;
+- transformers' rules for ``original_max_position_embeddings`` and a per-layer-type YaRN ``truncate``
+  (in :mod:`ropekit.hf.config_rules`);
 - transformers' partial-rotary expression ``int(head_dim * partial_rotary_factor)`` in both directions
   (moved to :mod:`ropekit.hf.partial_factor`).
 """
@@ -26,11 +28,13 @@ from ropekit.hf.config_families import (
     ALLOWED_LAYER_TYPES,
     EXTRA_LAYER_TYPES,
     NEOX_TYPES,
+    NTK_ALPHA_TYPES,
     PER_LAYER_TYPE_FAMILIES,
     ROTARY_DIM_AS_FACTOR,
     SCALING_UPDATES,
     per_layer_family,
 )
+from ropekit.hf.config_rules import nested_truncate, original_max
 
 __all__ = ["KNOWN_KEYS"]
 
@@ -257,10 +261,15 @@ def _rope_parameters(cfg: dict[str, Any], model_type: str) -> dict[str, Any] | N
     return {**rp, **{t: {**rp[t], **rs} for t in updated}}
 
 
-def _rope_dict(cfg: dict[str, Any], layer_type: str | None, model_type: str) -> dict[str, Any]:
-    """The rope parameters for one layer type, merged with top-level legacy keys (v5 wins over v4 over legacy)."""
+def _rope_dict(
+    cfg: dict[str, Any], layer_type: str | None, model_type: str, r: _Reader
+) -> tuple[dict[str, Any], str]:
+    """The rope parameters for one layer type, merged with top-level legacy keys (v5 wins over v4 over legacy), and
+    a note naming the legacy alias read (for error messages; "" when none)."""
     rp_all = _rope_parameters(cfg, model_type)
+    outer: dict[str, Any] | None = None  # the per-layer-type dict, flat keys beside the entries included
     if rp_all is not None and _is_nested(rp_all):
+        outer = rp_all
         if flat_leftovers(rp_all):
             warnings.warn(
                 f"config rope_parameters has per-layer-type entries {sorted(layer_type_entries(rp_all) or {})} and "
@@ -305,6 +314,7 @@ def _rope_dict(cfg: dict[str, Any], layer_type: str | None, model_type: str) -> 
                 )
             if layer_type not in scaled:  # e.g. Gemma 3's sliding layers are never scaled (vLLM PR #29111)
                 rp = {"rope_type": "default"}
+            outer = {}  # transformers builds per-layer-type entries from these keys (no flat keys beside them)
             key, default = thetas[layer_type]
             rp.setdefault("rope_theta", cfg.get(key, default))
         elif layer_type is not None:
@@ -343,18 +353,17 @@ def _rope_dict(cfg: dict[str, Any], layer_type: str | None, model_type: str) -> 
     # Phi-3 config.json: "su" and "yarn" both mean longrope (transformers converts them when it builds the config
     # object; a yarn set on the object afterwards is yarn to its rotary module, as in its own rope-scaling test)
     legacy = ("su",) if cfg.get(_FROM_OBJECT) else ("su", "yarn")
+    note = ""
     if model_type in ("phi3", "phimoe") and rp["rope_type"] in legacy:
+        note = f"model_type {model_type!r} reads rope_type {rp['rope_type']!r} as 'longrope', as transformers does"
         rp["rope_type"] = "longrope"
-    if rp["rope_type"] == "dynamic" and "alpha" in rp:  # HunYuan: static NTK-alpha
+    # HunYuan only (its rotary module: dynamic with a truthy alpha is static NTK-alpha); elsewhere alpha is unknown
+    if rp["rope_type"] == "dynamic" and rp.get("alpha") and model_type in NTK_ALPHA_TYPES:
         rp["rope_type"] = "ntk_alpha"
-    if (
-        rp["rope_type"] in ("yarn", "longrope", "llama3")
-        and cfg.get("original_max_position_embeddings") is not None
-    ):
-        rp.setdefault("original_max_position_embeddings", cfg["original_max_position_embeddings"])
-        if rp["rope_type"] == "longrope":  # top level wins (the Phi-3 case), as in HF's standardization
-            rp["original_max_position_embeddings"] = cfg["original_max_position_embeddings"]
-    return rp
+    original_max(rp, cfg, model_type, nested=outer is not None, max_pos=_max_positions(cfg), r=r)
+    if outer is not None:
+        nested_truncate(rp, outer, str(layer_type), r)
+    return rp, note
 
 
 def _num(
