@@ -26,7 +26,7 @@ from typing import Any
 from ropekit.integers import whole
 from ropekit.spec import RopeSpec
 
-__all__ = ["LayerView", "config_layer_types", "layer_views", "rope_per_layer_type"]
+__all__ = ["LayerView", "config_layer_types", "layer_views", "not_compared", "rope_per_layer_type"]
 
 _WINDOWED = {"sliding_attention": "sliding_window", "chunked_attention": "attention_chunk_size"}
 
@@ -53,6 +53,15 @@ class LayerView:
     def span(self) -> int:
         """Tokens these layers attend over: the window (at most the context) or the context."""
         return self.context if self.window is None else min(self.window, self.context)
+
+
+def not_compared(window: int) -> str:
+    """Why a sliding-window layer type gets no scaling comparison (``inspect --compare``'s and the report's words):
+    it never sees two tokens further apart than ``window``, whatever the context."""
+    return (
+        f"sliding window of {window:,} tokens: these layers never see two tokens further apart, "
+        "so extending the context changes nothing they see and no scaling applies"
+    )
 
 
 def rope_per_layer_type(config: dict[str, Any]) -> bool:

@@ -2,7 +2,8 @@
 """``ropekit report SOURCE --out DIR [--json]``: write DIR/index.html, a self-contained page of figures.
 
 SOURCE: a preset name, a config.json, a transformers model folder (weights analysed with the ``hf`` extra) or a
-lab checkpoint. Prints the page's path (on stderr with ``--json``, which prints the numbers on stdout).
+lab checkpoint. Prints the page's path (on stderr with ``--json``, which prints the numbers on stdout), and the
+build time on stderr (the page itself carries none: the same SOURCE gives the same bytes).
 """
 
 from __future__ import annotations
@@ -25,7 +26,13 @@ def add_parser(sub: Any) -> None:
         help="a preset name, config.json, transformers model folder or lab checkpoint (.safetensors)",
     )
     p.add_argument("--out", required=True, help="folder for index.html (created if missing)")
-    p.add_argument("--context", type=int, default=None, help="context length (default: the model's)")
+    p.add_argument(
+        "--context",
+        type=int,
+        default=None,
+        help="context length (default: the config's max_position_embeddings, else transformers' default for its "
+        "model_type where ropekit knows it; otherwise the config is refused)",
+    )
     p.add_argument(
         "--json",
         action="store_true",
@@ -45,14 +52,13 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         check_length("--context", args.context)
     check_out_dir("--out", args.out)  # before the figures are built, not after
     t0 = time.perf_counter()
-    source = resolve(args.source)
-    if args.context is not None:
-        import dataclasses
-
-        source = dataclasses.replace(source, context=args.context)
+    source = resolve(args.source, context=args.context)
     report = build_report(source)
-    path = write_report(report, Path(args.out), seconds=time.perf_counter() - t0)
+    path = write_report(report, Path(args.out))
     out, err = out or sys.stdout, err or sys.stderr
+    if source.context_note:
+        print(f"ropekit report: context {source.context:,} tokens: {source.context_note}", file=err)
+    print(f"ropekit report: built in {time.perf_counter() - t0:.1f} s", file=err)
     if args.json:
         (Path(args.out) / "report.json").write_text(json.dumps(report.data) + "\n")
         print(json.dumps(report.data), file=out)

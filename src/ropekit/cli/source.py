@@ -17,10 +17,12 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
 from ropekit.analysis.compare import SCHEMES, build_scheme
+from ropekit.analysis.config_context import config_context, declared_context, text_part
 from ropekit.analysis.layers import LayerView, layer_views
 from ropekit.presets import PRESETS, get_preset
 from ropekit.scaling import DynamicNTK, Scaling
@@ -78,7 +80,8 @@ def add_source_args(p: argparse.ArgumentParser) -> None:
         "--context",
         type=int,
         default=None,
-        help=f"context length (default: the model's, else {DEFAULT_CONTEXT})",
+        help=f"context length (default: a preset's or config's; for a config without max_position_embeddings, "
+        f"transformers' default for its model_type; for --base/--head-dim flags, {DEFAULT_CONTEXT})",
     )
     p.add_argument(
         "--layer-type", default=None, help="one layer type of per-layer-type models (e.g. sliding_attention)"
@@ -193,16 +196,22 @@ def resolve_views(args: argparse.Namespace) -> tuple[str | None, list[LayerView]
         raise ValueError(  # noqa: TRY004 - a bad file is a bad argument value: exit 2 with the message
             f"{args.source!r} must hold a JSON object (a config.json), got {type(cfg).__name__}"
         )
-    if isinstance(cfg.get("text_config"), dict) and "rope_parameters" not in cfg and "rope_theta" not in cfg:
-        cfg = {
-            **cfg["text_config"],
-            "model_type": cfg["text_config"].get("model_type", cfg.get("model_type")),
-        }
-    context = (
-        args.context
-        if args.context is not None
-        else int(cfg.get("max_position_embeddings") or DEFAULT_CONTEXT)
-    )
+    cfg = text_part(cfg)  # a multimodal config's language model, as `ropekit report` reads it
+    try:
+        declared_context(
+            cfg
+        )  # a bad max_position_embeddings is refused even with --context, as by the report
+    except ValueError as e:
+        raise ValueError(f"SOURCE {args.source!r}: {e}") from None
+    if args.context is not None:
+        context = args.context
+    else:  # the config's own, else transformers' default for its family (said on stderr), else refused
+        try:
+            context, note = config_context(cfg)
+        except ValueError as e:
+            raise ValueError(f"{e}; pass --context") from None
+        if note:
+            print(f"ropekit: context {context:,} tokens: {note}", file=sys.stderr)
     return str(path), layer_views(cfg, context=context, layer_type=args.layer_type)
 
 

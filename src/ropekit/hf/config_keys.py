@@ -132,9 +132,11 @@ def _pos_int(v: Any, name: str) -> int:
     ``head_dim`` / ``max_position_embeddings`` / ``qk_rope_head_dim`` fields refuse a float, even 4096.0, and a str.
     """
     if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
-        kind = "null" if v is None else type(v).__name__
+        kind = "null" if v is None else f"a {type(v).__name__}"
+        if isinstance(v, numbers.Integral) and not isinstance(v, bool):
+            kind = f"{v} (< 1)"
         raise ValueError(
-            f"config {name}={v!r} must be a positive integer, got a {kind}"
+            f"config {name}={v!r} must be a positive integer, got {kind}"
             + (
                 " (transformers' config classes refuse a float here too; write it as an int)"
                 if isinstance(v, float)

@@ -6,10 +6,16 @@ Sections, in order: spectrum, rotations, scaling, decay, precision, and weights 
 multi-axis spec (M-RoPE, vision) adds a "bands per axis" section (:mod:`ropekit.analysis.axes`), judged at the
 source's extents (a vision preset's patch grid) or, without them, at
 :func:`~ropekit.analysis.axes.default_extents` of the context -- the same extents as ``ropekit inspect``.
+
+Sliding-window layer types are judged at their window, as ``ropekit inspect`` judges them: spectrum, rotations and
+decay over the window (their training length is the window too), no scaling comparison (a one-line note instead,
+:func:`ropekit.analysis.layers.not_compared`); their phase precision is the same measurement as any layer's
+(positions are absolute). The captions (:mod:`ropekit.report.captions`) describe only what each figure draws.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,11 +25,12 @@ import torch
 
 from ropekit.analysis.axes import axis_report, default_extents
 from ropekit.analysis.decay import gaussian_dot_moments, gaussian_dot_samples, ones_dot, su_bound
+from ropekit.analysis.layers import not_compared
 from ropekit.analysis.precision_curve import precision_curve
 from ropekit.analysis.rotations import rotations
 from ropekit.analysis.schemes import original_length, scheme_table
 from ropekit.analysis.spectrum import spectrum
-from ropekit.report import figures
+from ropekit.report import captions, figures
 from ropekit.report.plotting import png_bytes
 from ropekit.report.sources import Source
 from ropekit.spec import RopeSpec
@@ -33,9 +40,18 @@ __all__ = ["DECAY_SAMPLES", "Figure", "Report", "Section", "build_report", "deca
 DECAY_SAMPLES = 512
 
 _SECTIONS: dict[str, tuple[str, str]] = {
-    "spectrum": ("Band spectrum", "How long each band takes to turn once, against the lengths that matter."),
-    "rotations": ("Rotations per band", "How many full turns each band makes over the context."),
-    "scaling": ("Scaling schemes", "How each long-context scheme changes each band at a target length."),
+    "spectrum": (
+        "Band spectrum",
+        "How long each band takes to turn once, against the lengths that matter (sliding layers: their window).",
+    ),
+    "rotations": (
+        "Rotations per band",
+        "How many full turns each band makes over the context (sliding layers: over their window).",
+    ),
+    "scaling": (
+        "Scaling schemes",
+        "How each long-context scheme changes each band at a target length (sliding layers are not compared).",
+    ),
     "decay": (
         "Distance decay",
         "Su's bound is an upper bound, not what random queries and keys do (seed 001).",
@@ -65,6 +81,7 @@ class Section:
     title: str
     intro: str
     figures: list[Figure] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # one line each, where a layer type has no figure
 
 
 @dataclass
@@ -87,57 +104,57 @@ def _scheme_target(spec: RopeSpec, context: int) -> int:
     return context if context > L0 else 4 * L0  # an unscaled model: show a 4x extension
 
 
+@dataclass(frozen=True)
+class _Layer:
+    """What one layer type is judged at: the source's context, its span (window or context) and window."""
+
+    context: int
+    span: int
+    window: int | None  # the layer type's sliding window (or attention chunk), None for full attention
+    extents: dict[str, float] | None
+    logit_scale: float
+
+    @property
+    def sliding(self) -> int | None:
+        """The window when it is shorter than the context (the layers are judged at it), else None."""
+        return self.window if self.window is not None and self.window < self.context else None
+
+
 def _spec_sections(
-    spec: RopeSpec,
-    context: int,
-    name: str,
-    out: dict[str, list[Figure]],
-    extents: dict[str, float] | None = None,
+    spec: RopeSpec, at: _Layer, name: str, out: dict[str, list[Figure]], notes: dict[str, list[str]]
 ) -> dict[str, Any]:
     data: dict[str, Any] = {}
+    span, window = at.span, at.sliding
 
     def add(key: str, caption: str, draw: Callable[[], Any]) -> None:
         out[key].append(Figure(f"{_SECTIONS[key][0]}: {name}", caption, png_bytes(draw())))
 
-    sp = spectrum(spec, context)
+    # a sliding layer never sees two tokens further apart than its window, in training or after: L0 = the window
+    sp = spectrum(spec, span, train_len=span if window is not None else None)
     data["spectrum"] = sp.as_dict()
-    beyond = spec.n_bands - sp.critical_band
     add(
         "spectrum",
-        f"Bands right of the dash-dot line (critical dimension {sp.critical_dim}: {beyond} of {spec.n_bands} bands)"
-        f" never complete a turn within the training length {sp.train_len:,}.",
-        lambda: figures.spectrum_figure(sp, name),
+        captions.spectrum_caption(sp, spec.n_bands, window=window),
+        lambda: figures.spectrum_figure(sp, name, window=window),
     )
-    rot = rotations(spec, context)
+    rot = rotations(spec, span)
+    if window is not None:  # trained over the window too: "as trained" is "before scaling"
+        rot = dataclasses.replace(rot, at_train=rot.before, train_len=span)
     data["rotations"] = rot.as_dict()
     add(
         "rotations",
-        f"Bands below the dashed line turn less than once over the length; scaling moves bands down "
-        f"so that {context:,} tokens stay within the angles seen at {rot.train_len:,}.",
-        lambda: figures.rotations_figure(rot, name),
+        captions.rotations_caption(rot, spec, window=window, assumed=sp.train_len_assumed),
+        lambda: figures.rotations_figure(rot, name, window=window, assumed=sp.train_len_assumed),
     )
-    table = scheme_table(spec, context=context, target=_scheme_target(spec, context))
-    data["scaling"] = table.as_dict()
-    own = "; the thick line is the configuration's own" if spec.scaling is not None else ""
-    add(
-        "scaling",
-        f"Ratio 1 leaves a band untouched, {table.factor:g} interpolates it fully{own}; dynamic NTK (factor "
-        f"{table.factor:g}, evaluated at the target) overshoots; LongRoPE needs searched per-band factors, so it "
-        "appears only as a LongRoPE model's own."
-        + (
-            f" Not applicable to this explicit frequency table: {', '.join(table.not_applicable)}."
-            if table.not_applicable
-            else ""
-        ),
-        lambda: figures.schemes_figure(table, name),
-    )
-    m = decay_distances(context)
-    su, ones = su_bound(spec, m), ones_dot(spec, m)
+    _scaling(spec, at, sp.train_len_assumed, name, data, add, notes)
+    m = decay_distances(span)
+    su, ones = su_bound(spec, m, seq_len=span), ones_dot(spec, m, seq_len=span)
     gm, gs = gaussian_dot_moments(spec, m)
-    mc = gaussian_dot_samples(spec, m, samples=DECAY_SAMPLES)
+    mc = gaussian_dot_samples(spec, m, samples=DECAY_SAMPLES, seq_len=span)
     mc_mean, mc_std = mc.mean(0), mc.std(0)
     data["decay"] = {
         "distance": m.tolist(),
+        "seq_len": span,
         "su_bound": su.tolist(),
         "ones": ones.tolist(),
         "gaussian_expectation": gm.tolist(),
@@ -149,8 +166,7 @@ def _spec_sections(
     r = int(spec.rotary_dim)  # type: ignore[arg-type]
     add(
         "decay",
-        "Su's bound and the all-ones dot product decay with distance; for random Gaussian q, k the expected dot "
-        "product is 0 at every distance and its spread does not shrink.",
+        captions.decay_caption(spec, span, window=window),
         lambda: figures.decay_figure(m, su, ones, gm, gs, mc_mean, mc_std, r, DECAY_SAMPLES, name),
     )
     # every scheme is measured as configured: the oracle takes a scaled scheme's own float64 frequencies where it
@@ -159,12 +175,11 @@ def _spec_sections(
     data["precision"] = {**curve.as_dict(), "measured_on": measured}
     add(
         "precision",
-        f"The float32 recipe's error grows with position (to {float(curve.common_fp32[-1]):.2g} at "
-        f"{int(curve.position[-1]):.0e}); ropekit stays at float32 rounding ({float(curve.ropekit.max()):.1e}); measured on {measured}.",
+        captions.precision_caption(curve, measured),
         lambda: figures.precision_figure(curve, name),
     )
     if spec.axes is not None:
-        ax_rep = axis_report(spec, extents or default_extents(spec, context))
+        ax_rep = axis_report(spec, at.extents or default_extents(spec, at.context))
         data["axes"] = ax_rep
         short = [f"{a['axis']} {a['wrapping_bands']}/{a['n_bands']}" for a in ax_rep["axes"]]
         add(
@@ -174,6 +189,41 @@ def _spec_sections(
             lambda: figures.axes_figure(ax_rep, name),
         )
     return data
+
+
+def _scaling(
+    spec: RopeSpec,
+    at: _Layer,
+    assumed: bool,
+    name: str,
+    data: dict[str, Any],
+    add: Callable[[str, str, Callable[[], Any]], None],
+    notes: dict[str, list[str]],
+) -> None:
+    """The scaling comparison, or for a layer type whose window is shorter than the target, why there is none
+    (``inspect --compare``'s rule and words)."""
+    target = _scheme_target(spec, at.context)
+    if at.window is not None and at.window < target:
+        reason = not_compared(at.window)
+        data["scaling"] = {"skipped": reason}
+        notes["scaling"].append(f"{name}: not compared: {reason}.")
+        return
+    table = scheme_table(spec, context=at.context, target=target)
+    own = next((k for k in table.ratio if k.startswith("model:")), None)
+    scales = {own: at.logit_scale} if own is not None and at.logit_scale != 1.0 else {}
+    data["scaling"] = {
+        **table.as_dict(),
+        "original_length_assumed": assumed,
+        "logit_scale": scales,
+        "effective_attention_factor": {
+            k: v * math.sqrt(scales.get(k, 1.0)) for k, v in table.attention_factor.items()
+        },
+    }
+    add(
+        "scaling",
+        captions.scaling_caption(table, spec, assumed=assumed, logit_scale=at.logit_scale),
+        lambda: figures.schemes_figure(table, name, assumed=assumed, logit_scales=scales),
+    )
 
 
 def _spec_json(spec: RopeSpec) -> dict[str, Any]:
@@ -195,17 +245,28 @@ def _spec_json(spec: RopeSpec) -> dict[str, Any]:
 def build_report(source: Source) -> Report:
     """Every analysis and figure for ``source``."""
     figs: dict[str, list[Figure]] = {k: [] for k in _SECTIONS}
+    notes: dict[str, list[str]] = {k: [] for k in _SECTIONS}
     per_spec: dict[str, Any] = {}
     for label, spec in source.specs.items():
         name = f"{source.name} / {label}" if label else source.name
+        span = source.span(label)
+        window = source.windows.get(label)
+        at = _Layer(
+            source.context, span, window, source.extents.get(label), source.logit_scales.get(label, 1.0)
+        )
         per_spec[label or "default"] = {
             "spec": _spec_json(spec),
-            **_spec_sections(spec, source.context, name, figs, source.extents.get(label)),
+            "layer_type": label or None,
+            "layers": source.layers.get(label),
+            "window": window,
+            "span": span,
+            **_spec_sections(spec, at, name, figs, notes),
         }
     data: dict[str, Any] = {
         "source": source.name,
         "kind": source.kind,
         "context": source.context,
+        "context_note": source.context_note,
         "specs": per_spec,
     }
     if source.weights is not None:
@@ -220,5 +281,7 @@ def build_report(source: Source) -> Report:
                 png_bytes(figures.weights_figure(w, source.name)),
             )
         )
-    sections = [Section(k, t, intro, figs[k]) for k, (t, intro) in _SECTIONS.items() if figs[k]]
+    sections = [
+        Section(k, t, intro, figs[k], notes[k]) for k, (t, intro) in _SECTIONS.items() if figs[k] or notes[k]
+    ]
     return Report(source, sections, data)

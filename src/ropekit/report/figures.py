@@ -16,6 +16,7 @@ from ropekit.analysis.rotations import Rotations
 from ropekit.analysis.schemes import SchemeTable
 from ropekit.analysis.spectrum import Spectrum
 from ropekit.analysis.weights import WeightAnalysis
+from ropekit.report.captions import ASSUMED, train_len_text
 from ropekit.report.plotting import figure, label_axes
 
 __all__ = [
@@ -35,26 +36,49 @@ def _finite(x: torch.Tensor) -> list[float]:
     return [v if math.isfinite(v) else float("nan") for v in x.tolist()]
 
 
-def spectrum_figure(sp: Spectrum, name: str) -> Any:
+def spectrum_figure(sp: Spectrum, name: str, *, window: int | None = None) -> Any:
+    """Wavelengths against the lengths that matter: the critical dimension as a line where the table has one, else
+    each band that never turns within L0 marked (an explicit table is not ordered by frequency)."""
     fig, (ax,) = figure(width=7.5)
     bands = sp.band.tolist()
     ax.semilogy(bands, _finite(sp.wavelength_unscaled), "o-", ms=3, label="wavelength, unscaled (pretrained)")
     if not torch.equal(sp.wavelength, sp.wavelength_unscaled):
         ax.semilogy(bands, _finite(sp.wavelength), "s-", ms=3, label=f"wavelength, scaled at {sp.context:,}")
-    ax.axhline(sp.context, color="tab:red", ls="--", label=f"context length {sp.context:,}")
-    if sp.train_len != sp.context:
-        ax.axhline(sp.train_len, color="tab:green", ls=":", label=f"training length {sp.train_len:,}")
-    ax.axvline(
-        sp.critical_band - 0.5,
-        color="black",
-        ls="-.",
-        label=f"critical dimension {sp.critical_dim} (band {sp.critical_band})",
+    length = (
+        f"sliding window {sp.context:,} (judged at it)"
+        if window is not None
+        else f"context length {sp.context:,}"
     )
+    ax.axhline(sp.context, color="tab:red", ls="--", label=length)
+    if sp.train_len != sp.context:
+        ax.axhline(
+            sp.train_len, color="tab:green", ls=":", label=train_len_text(sp.train_len, sp.train_len_assumed)
+        )
+    if sp.critical_dim is not None:
+        ax.axvline(
+            (sp.critical_band or 0) - 0.5,
+            color="black",
+            ls="-.",
+            label=f"critical dimension {sp.critical_dim} (band {sp.critical_band})",
+        )
+    else:
+        never = ~sp.turns_in_train
+        idx = [b for b, n in zip(bands, never.tolist()) if n]
+        if idx:
+            wl = _finite(sp.wavelength_unscaled[never])
+            ax.semilogy(
+                idx,
+                [w if math.isfinite(w) else float("nan") for w in wl],
+                "x",
+                color="tab:red",
+                ms=7,
+                label=f"never turns within {sp.train_len:,} ({len(idx)} bands; no critical dimension)",
+            )
     label_axes(ax, title=f"Band spectrum: {name}", xlabel=_BAND, ylabel="wavelength (tokens per turn)")
     return fig
 
 
-def rotations_figure(rot: Rotations, name: str) -> Any:
+def rotations_figure(rot: Rotations, name: str, *, window: int | None = None, assumed: bool = False) -> Any:
     fig, (ax,) = figure(width=7.5)
     bands = rot.band.tolist()
     lo = 1e-6
@@ -62,35 +86,66 @@ def rotations_figure(rot: Rotations, name: str) -> Any:
     def clip(t: torch.Tensor) -> list[float]:
         return t.clamp_min(lo).tolist()
 
-    ax.semilogy(bands, clip(rot.before), "o-", ms=3, label=f"before scaling, over {rot.context:,}")
+    over = f"the window {rot.context:,}" if window is not None else f"{rot.context:,}"
+    ax.semilogy(bands, clip(rot.before), "o-", ms=3, label=f"before scaling, over {over}")
     if not torch.equal(rot.before, rot.after):
-        ax.semilogy(bands, clip(rot.after), "s-", ms=3, label=f"after scaling, over {rot.context:,}")
+        ax.semilogy(bands, clip(rot.after), "s-", ms=3, label=f"after scaling, over {over}")
     if rot.train_len != rot.context:
-        ax.semilogy(bands, clip(rot.at_train), "^-", ms=3, label=f"as trained, over {rot.train_len:,}")
+        trained = f"{ASSUMED} = {rot.train_len:,}" if assumed else f"{rot.train_len:,}"
+        ax.semilogy(bands, clip(rot.at_train), "^-", ms=3, label=f"as trained, over {trained}")
     ax.axhline(1.0, color="black", ls="--", label="one full turn")
     label_axes(ax, title=f"Rotations per band: {name}", xlabel=_BAND, ylabel="full turns within the length")
     return fig
 
 
-def schemes_figure(table: SchemeTable, name: str) -> Any:
+def schemes_figure(
+    table: SchemeTable, name: str, *, assumed: bool = False, logit_scales: dict[str, float] | None = None
+) -> Any:
+    """Per-band ratios and attention factors; ``logit_scales`` (column -> factor on the logits outside the
+    rotation, MLA's softmax scale) folds that factor into the column's bar as sqrt(factor), marked on its tick."""
     fig, (ax1, ax2) = figure(2, width=6.2)
     bands = table.band.tolist()
     for scheme, ratio in table.ratio.items():
         ax1.plot(bands, ratio.tolist(), lw=2.2 if scheme.startswith("model:") else 1.2, label=scheme)
     ax1.axhline(table.factor, color="gray", ls=":", label=f"s = {table.factor:g} (full interpolation)")
     ax1.set_yscale("log")
+    start = f"{ASSUMED} = {table.original_length:,}" if assumed else f"{table.original_length:,}"
     label_axes(
         ax1,
-        title=f"Schemes at {table.target:,} (from {table.original_length:,}): {name}",
+        title=f"Schemes at {table.target:,} (from {start}): {name}",
         xlabel=_BAND,
         ylabel="frequency ratio theta / theta' (1 = untouched)",
     )
+    extra = logit_scales or {}
     names = list(table.attention_factor)
     values = [table.attention_factor[n] for n in names]
+    ticks = [f"{n}\n+ MLA softmax" if n in extra else n for n in names]
     colors = [f"C{i}" for i in range(len(names))]
-    ax2.bar(names, values, color=colors, label="attention factor on cos/sin")
+    ax2.bar(ticks, values, color=colors, label="attention factor on cos/sin")
+    top = max(values)
+    if extra:  # the part of the logit scale the attention adds, as a factor on cos/sin: af * (sqrt(m^2) - 1)
+        marked = [(t, table.attention_factor[n]) for t, n in zip(ticks, names) if n in extra]
+        grown = [af * math.sqrt(extra[n]) for n, af in table.attention_factor.items() if n in extra]
+        ax2.bar(
+            [t for t, _ in marked],
+            [g - af for g, (_, af) in zip(grown, marked)],
+            bottom=[af for _, af in marked],
+            color="none",
+            edgecolor="black",
+            hatch="//",
+            label="+ MLA softmax scale, as sqrt(its factor on the logits)",
+        )
+        top = max(top, *grown)
+    ax2.set_ylim(0, top * 1.35)  # room for the legend above the bars
     ax2.tick_params(axis="x", rotation=30)
-    label_axes(ax2, title="Attention factor", xlabel="scheme", ylabel="factor (logits scale by its square)")
+    label_axes(
+        ax2,
+        title="Attention factor",
+        xlabel="scheme",
+        ylabel="factor (logits scale by its square)",
+        loc="upper right",
+        fontsize=7,
+    )
     return fig
 
 
@@ -138,10 +193,33 @@ def decay_figure(
 
 
 def precision_figure(curve: PrecisionCurve, name: str) -> Any:
+    """Both recipes' errors; ropekit's points where the float64 reference does not resolve it are hollow (upper
+    bounds), with the reference's own error bound drawn."""
     fig, (ax,) = figure(width=7.5)
     pos = curve.position.tolist()
     ax.loglog(pos, curve.common_fp32.clamp_min(1e-12).tolist(), "o-", label="common float32 recipe")
-    ax.loglog(pos, curve.ropekit.clamp_min(1e-12).tolist(), "s-", label="ropekit (exact phases)")
+    ok = curve.resolved
+    ropekit = curve.ropekit.clamp_min(1e-12)
+    (line,) = ax.loglog(
+        [p for p, r in zip(pos, ok.tolist()) if r], ropekit[ok].tolist(), "s-", label="ropekit (exact phases)"
+    )
+    if not bool(ok.all()):
+        bad = ~ok
+        ax.loglog(
+            [p for p, r in zip(pos, bad.tolist()) if r],
+            ropekit[bad].tolist(),
+            "s",
+            mfc="none",
+            color=line.get_color(),
+            label="ropekit, not resolved: upper bound (float64 reference's own error)",
+        )
+    ax.loglog(
+        pos,
+        curve.oracle_bound.clamp_min(1e-12).tolist(),
+        ":",
+        color="tab:brown",
+        label="float64 reference's error bound",
+    )
     ax.axhline(2.0**-24, color="gray", ls=":", label="float32 rounding 2^-24")
     ax.axvline(1 << 24, color="tab:red", ls="--", label="2^24: float32 stops counting integers")
     label_axes(

@@ -3,16 +3,22 @@
 
 SOURCE is, in this order: a preset name (``ropekit presets``); a folder with ``config.json`` (and, for the weight
 analysis, ``*.safetensors`` weights -- needs the ``hf`` extra); a ``config.json`` file; a lab checkpoint
-(``*.safetensors`` written by :func:`ropekit.lab.train.save_checkpoint`). Nothing is unpickled.
+(``*.safetensors`` written by :func:`ropekit.lab.train.save_checkpoint`, :mod:`ropekit.report.lab_source`). Nothing
+is unpickled.
 
-Multi-axis specs: :class:`Source` carries one spec per *label* and, for vision presets, each axis's extent (the
-preset's patch grid, as ``ropekit inspect`` uses); other multi-axis specs are judged at
-:func:`ropekit.analysis.axes.default_extents` of the context.
+Presets and config files are read as ``ropekit inspect`` reads them: a config's ``text_config`` is unwrapped
+(:func:`ropekit.analysis.config_context.text_part`) and both give one
+:class:`~ropekit.analysis.layers.LayerView` per layer type (:func:`~ropekit.analysis.layers.layer_views`), so a
+config.json and its preset give the same labels, windows and numbers. :class:`Source` keeps each label's spec,
+sliding window (those layers are judged at the window) and layer count.
 
-Lab checkpoints of the rotary encodings whose rotation is a :class:`~ropekit.spec.RopeSpec` are read: ``rope``
-(its spec from the checkpoint's metadata, e.g. the frequencies experiment's p-RoPE tags), ``p-rope`` and
-``single-frequency`` (their default parameters, which the lab trains). ``xpos`` (a per-band decay no RopeSpec
-describes), ``dense-rotation`` (no bands) and the non-rotary encodings are refused.
+The context: ``context=`` (``--context``), else the config's ``max_position_embeddings``, else transformers' default
+for the model's family (:data:`~ropekit.analysis.config_context.DEFAULT_CONTEXTS`, stated on the page), else the
+source is refused naming the key. A config whose ``max_position_embeddings`` is not a positive int is refused.
+
+Multi-axis specs: :class:`Source` carries, for vision presets, each axis's extent (the preset's patch grid, as
+``ropekit inspect`` uses); other multi-axis specs are judged at :func:`ropekit.analysis.axes.default_extents` of
+the context.
 """
 
 from __future__ import annotations
@@ -22,27 +28,20 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ropekit.analysis.config_context import config_context, declared_context, text_part
+from ropekit.analysis.layers import LayerView, layer_views
+from ropekit.analysis.softmax_scale import logit_scale
 from ropekit.analysis.weights import WeightAnalysis
 from ropekit.presets import PRESETS, get_preset
+from ropekit.report.lab_source import LAB_ENCODINGS, lab_checkpoint
 from ropekit.spec import RopeSpec
 
-if TYPE_CHECKING:
-    from ropekit.lab.model import LMConfig
+__all__ = ["LAB_ENCODINGS", "MAX_CONTEXT", "Source", "resolve"]
 
-__all__ = ["LAB_ENCODINGS", "MAX_CONTEXT", "Source", "layer_types", "resolve"]
-
-DEFAULT_CONTEXT = 131_072
 #: the longest context a report describes: positions up to 2^53 are exact in float64 (as ``ropekit precision``)
 MAX_CONTEXT = 2**53
-#: lab encodings a report can read: their rotation is a RopeSpec (see the module docstring)
-LAB_ENCODINGS = ("rope", "p-rope", "single-frequency")
-_LAB_REFUSED = {
-    "xpos": "xPos scales q and k by a per-band decay that no RopeSpec describes, so the report's spectrum, decay "
-    "and precision would describe plain RoPE",
-    "dense-rotation": "a dense rotation of the whole head has no bands",
-}
 
 
 @dataclass(frozen=True)
@@ -55,6 +54,14 @@ class Source:
     # label -> axis name -> extent, for multi-axis specs with known extents (a vision preset's patch grid);
     # a multi-axis spec without an entry is judged at ropekit.analysis.axes.default_extents of the context
     extents: dict[str, dict[str, float]] = field(default_factory=dict)
+    # label -> sliding window (or attention chunk) in tokens, for the layer types that attend over one
+    windows: dict[str, int] = field(default_factory=dict)
+    # label -> number of layers of that type, where the config says
+    layers: dict[str, int] = field(default_factory=dict)
+    # label -> factor the attention applies to the logits outside the rotation (MLA's softmax scale), where not 1
+    logit_scales: dict[str, float] = field(default_factory=dict)
+    # how the context was chosen when the configuration does not state it (a family default), else None
+    context_note: str | None = None
 
     def __post_init__(self) -> None:
         c = self.context
@@ -64,24 +71,68 @@ class Source:
                 f"1..2^53 ({MAX_CONTEXT:,}; positions beyond are not exact in float64)"
             )
 
-
-def layer_types(cfg: dict[str, Any]) -> tuple[str | None, ...]:
-    """The layer types with their own RoPE parameters in a config.json dict, or (None,) for one set."""
-    rp = cfg.get("rope_parameters")
-    if isinstance(rp, dict) and rp and all(isinstance(v, dict) or v is None for v in rp.values()):
-        return tuple(t for t, v in rp.items() if v is not None)
-    if str(cfg.get("model_type", "")).startswith("gemma3"):
-        return ("sliding_attention", "full_attention")
-    return (None,)
+    def span(self, label: str) -> int:
+        """Tokens the layers of ``label`` attend over: their window (at most the context) or the context."""
+        w = self.windows.get(label)
+        return self.context if w is None else min(w, self.context)
 
 
-def _from_config(cfg: dict[str, Any], path: Path, kind: str) -> Source:
+def _from_views(
+    name: str,
+    kind: str,
+    views: list[LayerView],
+    context: int,
+    model_type: str | None,
+    note: str | None = None,
+) -> Source:
+    """A :class:`Source` holding ``views`` (one per layer type), labelled by layer type ("" for a single one)."""
+    labels = [v.layer_type or "" for v in views]
+    return Source(
+        name,
+        kind,
+        {lab: v.spec for lab, v in zip(labels, views)},
+        context,
+        extents={lab: dict(e) for lab, v in zip(labels, views) if (e := getattr(v, "extents", None))},
+        windows={lab: v.window for lab, v in zip(labels, views) if v.window is not None},
+        layers={lab: v.layers for lab, v in zip(labels, views) if v.layers is not None},
+        logit_scales={
+            lab: f for lab, v in zip(labels, views) if (f := logit_scale(model_type, v.spec)) != 1.0
+        },
+        context_note=note,
+    )
+
+
+def _model_type(cfg: dict[str, Any]) -> str | None:
+    mt = cfg.get("model_type")
+    return mt if isinstance(mt, str) else None
+
+
+def _config_views(
+    raw: dict[str, Any], path: Path, context: int | None
+) -> tuple[list[LayerView], int, dict[str, Any], str | None]:
+    """(views, context, text part, note) of a config.json dict, read as ``ropekit inspect`` reads it."""
+    cfg = text_part(raw)
     try:
-        specs = {t or "": RopeSpec.from_hf(cfg, layer_type=t) for t in layer_types(cfg)}
+        declared_context(cfg)  # a bad max_position_embeddings is refused even with --context
+    except ValueError as e:
+        raise ValueError(f"SOURCE {str(path)!r}: {e}") from None
+    note = None
+    if context is None:
+        try:
+            context, note = config_context(cfg)
+        except ValueError as e:
+            _views(cfg, 1, path)  # a RoPE it cannot read is refused first, as with a context
+            raise ValueError(
+                f"SOURCE {str(path)!r}: {e}; pass --context N to report it at a length you choose"
+            ) from None
+    return _views(cfg, context, path), context, cfg, note
+
+
+def _views(cfg: dict[str, Any], context: int, path: Path) -> list[LayerView]:
+    try:
+        return layer_views(cfg, context=context)
     except ValueError as e:  # the spec's message, with the file it came from
         raise ValueError(f"SOURCE {str(path)!r}: {e}") from None
-    context = int(cfg.get("max_position_embeddings") or DEFAULT_CONTEXT)
-    return Source(path.name, kind, specs, context)
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -96,15 +147,13 @@ def _read_json(path: Path) -> dict[str, Any]:
     return cfg
 
 
-def resolve(source: str, *, weights: bool = True) -> Source:
-    """Resolve ``source`` (see the module docstring); ``weights=False`` skips running a model's weights."""
+def resolve(source: str, *, weights: bool = True, context: int | None = None) -> Source:
+    """Resolve ``source`` (see the module docstring); ``weights=False`` skips running a model's weights;
+    ``context`` overrides the model's context length (``--context``)."""
     if source in PRESETS:
         p = get_preset(source)
-        types = p.layer_types or (None,)
-        extents = {  # a vision preset's views carry its patch grid, as ``ropekit inspect`` reads them
-            v.layer_type or "": dict(grid) for v in p.views() if (grid := getattr(v, "extents", None))
-        }
-        return Source(source, "preset", {t or "": p.spec(t) for t in types}, p.context, extents=extents)
+        ctx = p.context if context is None else context
+        return _from_views(source, "preset", p.views(ctx), ctx, _model_type(text_part(p.config)))
     path = Path(source)
     looks_like_path = os.sep in source or "/" in source or source.endswith((".json", ".safetensors"))
     if looks_like_path and not path.exists():
@@ -112,23 +161,29 @@ def resolve(source: str, *, weights: bool = True) -> Source:
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise ValueError(f"SOURCE {source!r} is a folder without config.json")
-        cfg = _read_json(path / "config.json")
-        has_weights = any(path.glob("*.safetensors"))
-        src = _from_config(cfg, path, "config")  # a config it cannot read is refused before the weights load
-        if not (weights and has_weights):
+        raw = _read_json(path / "config.json")
+        # a config it cannot read is refused before the weights load
+        views, ctx, cfg, note = _config_views(raw, path, context)
+        src = _from_views(path.name, "config", views, ctx, _model_type(cfg), note)
+        if not (weights and any(path.glob("*.safetensors"))):
             return src
-        return dataclasses.replace(src, kind="hf-model", weights=_hf_weights(path, cfg))
+        w = _hf_weights(path, views[-1].spec, ctx)
+        return dataclasses.replace(src, kind="hf-model", weights=w)
     if path.is_file() and path.suffix == ".safetensors":
-        return _lab_checkpoint(path, weights)
+        spec, train_len, lab_w = lab_checkpoint(path, weights)
+        ctx = train_len if context is None else context
+        return Source(path.stem, "lab-checkpoint", {"": spec}, ctx, lab_w)
     if path.is_file():
-        return _from_config(_read_json(path), path, "config")
+        views, ctx, cfg, note = _config_views(_read_json(path), path, context)
+        return _from_views(path.name, "config", views, ctx, _model_type(cfg), note)
     raise ValueError(
         f"SOURCE {source!r} is not a preset ({', '.join(PRESETS)}), a config.json, a model folder "
         "or a lab checkpoint (.safetensors)"
     )
 
 
-def _hf_weights(path: Path, cfg: dict[str, Any]) -> WeightAnalysis:
+def _hf_weights(path: Path, spec: RopeSpec, context: int) -> WeightAnalysis:
+    """The weight analysis of the model folder ``path`` (``spec``: the RoPE of its last layer type)."""
     try:
         from transformers import AutoModelForCausalLM
     except ImportError as e:
@@ -149,10 +204,8 @@ def _hf_weights(path: Path, cfg: dict[str, Any]) -> WeightAnalysis:
     model, info = loaded
     _check_loaded(path, info)
     model.eval()
-    types = layer_types(cfg)
-    spec = RopeSpec.from_hf(cfg, layer_type=types[-1])
-    length = min(64, int(cfg.get("max_position_embeddings") or 64))
-    return analyse_hf_model(model, spec, sample_tokens(int(cfg["vocab_size"]), 2, length))
+    vocab = int(model.get_input_embeddings().num_embeddings)  # the loaded model's own (text_config or not)
+    return analyse_hf_model(model, spec, sample_tokens(vocab, 2, min(64, context)))
 
 
 def _check_safetensors(path: Path) -> None:
@@ -199,82 +252,3 @@ def _check_loaded(path: Path, info: dict[str, Any]) -> None:
 
 def _few(keys: list[str], n: int = 5) -> str:
     return ", ".join(keys[:n]) + (f" and {len(keys) - n} more" if len(keys) > n else "")
-
-
-def _lab_checkpoint(path: Path, weights: bool) -> Source:
-    from ropekit.lab.model import LMConfig
-    from ropekit.lab.train import checkpoint_info
-
-    info = checkpoint_info(path)  # ValueError naming the file when it is not a readable lab checkpoint
-    meta = info.meta
-    train_len = meta.get("train_len")
-    if type(train_len) is not int or train_len < 1:
-        raise ValueError(
-            f"SOURCE {str(path)!r}: lab checkpoint metadata 'train_len' must be a positive int, got {train_len!r}"
-        )
-    encoding = info.config.encoding if info.config is not None else meta.get("encoding")
-    if encoding not in LAB_ENCODINGS:
-        why = _LAB_REFUSED.get(str(encoding), "only RoPE models have bands")
-        raise ValueError(
-            f"SOURCE {str(path)!r}: lab checkpoint with encoding {encoding!r}; {why} (the report reads "
-            f"{', '.join(LAB_ENCODINGS)})"
-        )
-    # written before the model config was recorded: the default model at the training length
-    cfg = info.config or LMConfig(encoding=str(encoding), max_positions=train_len)
-    try:
-        spec = _lab_spec(meta, cfg)
-    except ValueError as e:
-        raise ValueError(
-            f"SOURCE {str(path)!r}: lab checkpoint metadata gives no usable RoPE ({e})"
-        ) from None
-    if spec.head_dim != cfg.head_dim:
-        raise ValueError(
-            f"SOURCE {str(path)!r}: lab checkpoint metadata 'spec' has head_dim {spec.head_dim}, the model's "
-            f"head_dim is {cfg.head_dim}"
-        )
-    w = None
-    if weights:
-        w = _lab_weights(path, cfg, spec, train_len)
-    return Source(path.stem, "lab-checkpoint", {"": spec}, train_len, w)
-
-
-def _lab_weights(path: Path, cfg: LMConfig, spec: RopeSpec, train_len: int) -> WeightAnalysis:
-    from ropekit.lab.model import TinyLM
-    from ropekit.lab.train import load_checkpoint
-    from ropekit.report.models import analyse_lab_model
-
-    if cfg.vocab < 256:
-        raise ValueError(
-            f"SOURCE {str(path)!r}: the weight analysis feeds bytes (vocab 256), the model's vocab is {cfg.vocab}"
-        )
-    model = TinyLM(cfg, spec=spec) if cfg.encoding == "rope" else TinyLM(cfg)
-    load_checkpoint(path, model, None, None)  # ValueError naming the file when its tensors do not fit
-    model.eval()
-    text = Path(json.__file__).read_bytes()  # stdlib text: deterministic, no download
-    length = min(train_len, len(text) // 2)
-    tokens = _bytes_tokens(text, length)
-    return analyse_lab_model(model, tokens, f"2 x {length} bytes of Python's json/__init__.py")
-
-
-def _lab_spec(meta: dict[str, Any], cfg: LMConfig) -> RopeSpec:
-    """The RoPE of a lab model: ``rope``'s from the metadata, the other encodings' from the encoding itself."""
-    if cfg.encoding != "rope":  # p-rope, single-frequency: their spec at the parameters the lab trains
-        from ropekit.lab.encodings import build_encoding
-
-        spec = getattr(build_encoding(cfg.encoding, cfg.d_model, cfg.n_heads, cfg.head_dim), "spec", None)
-        assert isinstance(spec, RopeSpec), cfg.encoding
-        return spec
-    if isinstance(meta.get("spec"), dict):
-        return RopeSpec.from_hf(meta["spec"])
-    tag = str(meta.get("tag", "rope"))
-    p = (
-        float(tag[len("prope") :]) if tag.startswith("prope") else 1.0
-    )  # the frequencies experiment's p-RoPE tags
-    return RopeSpec(cfg.head_dim, p=p)
-
-
-def _bytes_tokens(text: bytes, length: int) -> Any:
-    import torch
-
-    t = torch.tensor(list(text), dtype=torch.int64)
-    return t[: 2 * length].view(2, length)

@@ -19,11 +19,15 @@ _MULTI_AXIS = sorted(
 )
 
 
-def _inspect_axes(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str | None, Any]:
-    """layer type -> the ``axes`` entry of ``ropekit inspect ... --json`` (the oracle: inspect's own path)."""
+def _inspect_views(argv: list[str], capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
+    """The views of ``ropekit inspect ... --json`` (the oracle: inspect's own path)."""
     assert main(["inspect", *argv, "--json"]) == 0
-    views = json.loads(capsys.readouterr().out)["views"]
-    return {v["layer_type"]: v["axes"] for v in views if "axes" in v}
+    return json.loads(capsys.readouterr().out)["views"]  # type: ignore[no-any-return]
+
+
+def _inspect_axes(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str | None, Any]:
+    """layer type -> the ``axes`` entry of ``ropekit inspect ... --json``."""
+    return {v["layer_type"]: v["axes"] for v in _inspect_views(argv, capsys) if "axes" in v}
 
 
 def _summary(axes: dict[str, Any]) -> dict[str, tuple[float, int, int]]:
@@ -36,8 +40,15 @@ def test_the_registry_has_vision_and_m_rope_presets() -> None:
 
 @pytest.mark.parametrize("name", _MULTI_AXIS)
 def test_report_extents_and_band_counts_equal_inspects(name: str, capsys: pytest.CaptureFixture[str]) -> None:
-    want = _inspect_axes([name], capsys)
+    views = _inspect_views([name], capsys)
+    want = {v["layer_type"]: v["axes"] for v in views if "axes" in v}
     data = build_report(resolve(name)).data["specs"]
+    # no critical dimension where inspect has none (explicit vision tables), the same one where it applies
+    for v in views:
+        got = data["default" if v["layer_type"] is None else v["layer_type"]]["spectrum"]["critical_dim"]
+        assert (got is None) == (v["summary"]["critical_dim"] is None)
+        if v["summary"]["critical_dim_applies"]:
+            assert got == v["summary"]["critical_dim"]
     got = {(None if label == "default" else label): d["axes"] for label, d in data.items() if "axes" in d}
     assert set(got) == set(want)
     for label, axes in want.items():

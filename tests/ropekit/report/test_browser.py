@@ -55,7 +55,7 @@ def _probe(page: Path, marker_dir: Path) -> dict[str, list]:
 def test_report_renders_in_chromium(preset_report: Path, tmp_path: Path) -> None:
     index = preset_report / "index.html"
     expected = [html.unescape(c) for c in re.findall(r"<figcaption>(.*?)</figcaption>", index.read_text())]
-    assert len(expected) >= 10
+    assert len(expected) == 9  # 2 layer types x 5 sections, less the sliding layers' scaling comparison
 
     seen = _probe(index, preset_report)
     assert len(seen["widths"]) == len(expected) and all(w > 0 for w in seen["widths"]), seen["widths"]

@@ -16,10 +16,14 @@ from ropekit.report.sources import resolve
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_every_preset_goes_through_every_analysis(name: str) -> None:
     src = resolve(name)
-    for spec in src.specs.values():
-        sp = spectrum(spec, src.context)
-        assert 0 <= sp.critical_dim <= int(spec.rotary_dim)  # type: ignore[arg-type]
-        assert rotations(spec, src.context).after.shape == (spec.n_bands,)
+    for label, spec in src.specs.items():
+        span = src.span(label)
+        sp = spectrum(spec, span)
+        if spec.freqs is None:
+            assert sp.critical_dim is not None and 0 <= sp.critical_dim <= int(spec.rotary_dim)  # type: ignore[arg-type]
+        else:  # an explicit table has no critical dimension (inspect: critical_dim null)
+            assert sp.critical_dim is None
+        assert rotations(spec, span).after.shape == (spec.n_bands,)
         table = scheme_table(spec, context=src.context, target=_scheme_target(spec, src.context))
         assert table.target >= table.original_length
         if spec.scaling is not None:

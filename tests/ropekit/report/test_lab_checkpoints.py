@@ -69,6 +69,26 @@ def test_single_frequency_checkpoint_has_one_frequency(tmp_path: Path) -> None:
     assert resolve(str(ckpt), weights=False).specs[""].frequencies().tolist() == pytest.approx([0.01] * 16)
 
 
+@pytest.mark.parametrize(
+    ("tag", "why"),
+    [
+        ("prope", "a tag starting with 'prope' must be 'prope<p>' with p the fraction of frequencies kept"),
+        ("propex", "a tag starting with 'prope' must be 'prope<p>'"),
+        ("prope1.5", "RopeSpec.p must be a number in \\(0, 1\\], got 1.5"),
+    ],
+)
+def test_a_bad_p_rope_tag_is_refused_naming_the_key(tmp_path: Path, tag: str, why: str) -> None:
+    """Trial finding 11: tag "prope" said only "could not convert string to float: ''"."""
+    ckpt = tmp_path / "tag.safetensors"
+    _save(ckpt, LMConfig(max_positions=32), tag=tag)
+    with pytest.raises(ValueError, match=f"no usable RoPE \\(metadata 'tag' is '{tag}': {why}"):
+        resolve(str(ckpt), weights=False)
+    _save(
+        ckpt, LMConfig(max_positions=32), tag="prope0.5"
+    )  # the frequencies experiment's own tags still read
+    assert resolve(str(ckpt), weights=False).specs[""] == RopeSpec(32, p=0.5)
+
+
 @pytest.mark.parametrize(("encoding", "why"), [("xpos", "per-band decay"), ("dense-rotation", "no bands")])
 def test_rotary_encodings_without_a_rope_spec_are_refused(tmp_path: Path, encoding: str, why: str) -> None:
     ckpt = tmp_path / f"{encoding}.safetensors"
