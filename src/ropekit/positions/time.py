@@ -1,11 +1,11 @@
 # SPDX-License-Identifier: MIT
 """Continuous positions: float timestamps (irregular time series) and V2PE fractional steps.
 
-ropekit takes float32/float64 positions on any axis and forms the angle ``p * theta`` in float64, reduced mod 2*pi
-(:mod:`ropekit.phases`), so a real-valued position needs no integer cast. The phase of band i is then accurate to
-about ``|p| * theta_i * 2^-53`` rad plus the float64 rounding of p itself: below 1e-9 rad for ``|p| <= 1e6`` and
-below 1e-8 rad for ``|p| <= 1e7`` at the highest frequency (theta_0 = 1). Absolute times (Unix seconds ~1.7e9)
-must be re-referenced first (``reference=``): the subtraction happens here, in float64 for float timestamps and
+ropekit takes float32/float64 positions on any axis and reduces the angle ``p * theta`` modulo 2*pi exactly
+(:mod:`ropekit.reduction`: the integer part of p through the exact int64 split, the fraction with one float64
+rounding), so a real-valued position needs no integer cast: the phase is within ~1e-15 rad of ``p * theta`` for the
+float64 value p holds, at any magnitude below 2^63. What limits a timestamp is how exactly p itself holds it (float64
+spacing is 2.4e-7 s at Unix seconds ~1.7e9), so absolute times are best re-referenced first (``reference=``): the subtraction happens here, in float64 for float timestamps and
 exactly in int64 for integer ones (int64 nanoseconds ~1.7e18 are past float64's 2^53).
 
 - :func:`time_positions`: ``(t - t_ref) / scale`` as float64, e.g. ``scale`` = seconds per position unit
