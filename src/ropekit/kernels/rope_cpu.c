@@ -40,8 +40,55 @@ static inline void store_bf16(bf16 *p, f32 f) {
     const uint32_t qnan = (u >> 16) | 0x40u;
     *p = (bf16)(((u & 0x7fffffffu) > 0x7f800000u) ? qnan : rounded);  // branch-free select: vectorizes
 }
+// One float16 value to and from float32, rounding to nearest even: with _Float16 where the compiler has it (GCC >= 12
+// and clang >= 15 on x86-64, Arm), else with the F16C instructions (clang 14 on x86-64 has no _Float16), else with
+// exact integer code. All three give the same bits (NaN payloads aside, which no backend promises).
+// ROPEKIT_F16_SOFT forces the integer code (its test builds with it).
+#if defined(__FLT16_MANT_DIG__) && !defined(ROPEKIT_F16_SOFT)
 static inline f32 load_f16(const f16 *p) { _Float16 h; memcpy(&h, p, 2); return (f32)h; }
 static inline void store_f16(f16 *p, f32 v) { _Float16 h = (_Float16)v; memcpy(p, &h, 2); }
+#elif defined(ROPEKIT_F16C) && !defined(ROPEKIT_F16_SOFT)
+static inline f32 load_f16(const f16 *p) { return _cvtsh_ss(*p); }
+static inline void store_f16(f16 *p, f32 v) { *p = (f16)_cvtss_sh(v, _MM_FROUND_TO_NEAREST_INT); }
+#else
+static inline f32 load_f16(const f16 *p) {
+    const uint32_t h = *p, sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu;
+    uint32_t m = h & 0x3ffu, u;
+    if (e == 0x1fu) {
+        u = sign | 0x7f800000u | (m << 13);  // inf, NaN (payload kept)
+    } else if (e != 0) {
+        u = sign | ((e + 112u) << 23) | (m << 13);  // rebias 15 -> 127
+    } else if (m == 0) {
+        u = sign;
+    } else {  // subnormal half: normalise (a normal float32)
+        uint32_t shift = 0;
+        while (!(m & 0x400u)) { m <<= 1; ++shift; }
+        u = sign | ((113u - shift) << 23) | ((m & 0x3ffu) << 13);
+    }
+    f32 f; memcpy(&f, &u, 4); return f;
+}
+static inline void store_f16(f16 *p, f32 v) {
+    uint32_t x; memcpy(&x, &v, 4);
+    const uint32_t sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
+    uint32_t h;
+    if (ax > 0x7f800000u) {
+        h = 0x7e00u | ((ax >> 13) & 0x3ffu);  // NaN, quieted
+    } else if (ax >= 0x477ff000u) {
+        h = 0x7c00u;  // inf, and everything from 65520 on (rounds up past 65504)
+    } else if (ax >= 0x38800000u) {  // normal half (>= 2^-14): rebias, round 23 -> 10 mantissa bits
+        const uint32_t r = ax - 0x38000000u;
+        h = (r + 0xfffu + ((r >> 13) & 1u)) >> 13;
+    } else if (ax >= 0x33000000u) {  // subnormal half (units of 2^-24), from 2^-25 (a tie, to even: 0)
+        const uint32_t e = ax >> 23, m = (ax & 0x7fffffu) | 0x800000u, shift = 126u - e;
+        const uint32_t rem = m & ((1u << shift) - 1u), halfway = 1u << (shift - 1u);
+        h = m >> shift;
+        h += (rem > halfway || (rem == halfway && (h & 1u))) ? 1u : 0u;
+    } else {
+        h = 0;
+    }
+    *p = (f16)(sign | h);
+}
+#endif
 
 // One row, half layout. In place: a single pointer (no aliasing question); copy: restrict in/out.
 #define ROW_FUNCS(T, LOAD, STORE)                                                                              \
@@ -246,7 +293,9 @@ static void *worker_main(void *arg) {
     return NULL;
 }
 
-static void after_fork_child(void) {  // the child has no workers; the caller then does all the work itself
+// A forked child has none of the parent's threads (and may have forked while one of them held a lock): it starts
+// with fresh locks and no workers, and its next parallel call starts workers of its own.
+static void after_fork_child(void) {
     pthread_mutex_init(&pool_mu, NULL);
     pthread_cond_init(&pool_cv, NULL);
     pthread_mutex_init(&run_mu, NULL);
@@ -294,8 +343,9 @@ static void parallel_range(range_fn fn, const void *ctx, int64_t n, int64_t chun
 // which the dynamic loader resolves to the copy torch already loaded: cpu_build.py checks that before choosing this
 // build). torch's workers spin for a while after each torch op; a pool of our own would then share the cores with
 // them, where this team *is* them. Threads claim chunks with one atomic, as in the pool.
-// A forked child runs everything on the calling thread, as with the pool: GNU OpenMP hangs in a child's parallel
-// region once the parent has run one (torch's own ops do). The handler is registered when the library loads.
+// A forked child runs everything on its calling thread (unlike the pool build, whose child starts workers of its
+// own): GNU OpenMP hangs in a child's parallel region once the parent has run one (torch's own ops do). The handler
+// is registered when the library loads.
 static volatile int omp_forked_child = 0;
 static void omp_after_fork_child(void) { omp_forked_child = 1; }
 __attribute__((constructor)) static void omp_register_atfork(void) { pthread_atfork(NULL, NULL, omp_after_fork_child); }

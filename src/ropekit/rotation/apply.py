@@ -27,6 +27,7 @@ from ropekit.rotation import fastpath
 from ropekit.rotation.dispatch import (
     BACKENDS,
     _check_backend,
+    _check_backend_inputs,
     _fused_triton,
     _pick_backend,
     device_tables,
@@ -167,6 +168,7 @@ def _validate(
                 f"k must match q in batch and sequence length and device: q has (batch={b}, seq={s}) on {q.device}, "
                 f"k has (batch={kb}, seq={ks}) on {k.device}"
             )
+    _check_backend_inputs(backend, q, k)
     if positions is not None:
         check_positions(positions)
         _check_positions_shape(positions, q, fmt)
@@ -224,13 +226,14 @@ def _rotate_pair(
         if compiling:  # registered custom ops: no graph break under torch.compile
             from ropekit.rotation import ops
 
+            # the backend goes with the op (and its backward): backend= is honoured when compiled
             il = layout == "interleaved"
             if inplace and not x.requires_grad:
-                ops.rotate_inplace_op(x, c, s, r, il, 1)
+                ops.rotate_inplace_op(x, c, s, r, il, 1, backend)
                 return x
             if inplace:
-                return x.copy_(ops.rotate_op(x, c, s, r, il, 1))
-            out: torch.Tensor = ops.rotate_op(x, c, s, r, il, 1)  # a CustomOpDef: its call is typed Any
+                return x.copy_(ops.rotate_op(x, c, s, r, il, 1, backend))
+            out: torch.Tensor = ops.rotate_op(x, c, s, r, il, 1, backend)  # a CustomOpDef: typed Any
             return out
         fn = _pick_backend(backend, x)
         return fn(x, c, s, rotary_dim=r, layout=layout, inplace=inplace)

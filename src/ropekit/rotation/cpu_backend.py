@@ -10,8 +10,9 @@ the kernel's own pool, whose caller never waits for a thread that has not starte
 Each element of q and k is read and written once; in place, the pass-through channels of partial rotary are not
 touched; out of place they are copied in the same pass. Any strides on the leading dims are accepted as they are
 (bshd, bhsd, thd, views into a fused qkv buffer, transposed views): no hidden ``.contiguous()``. A tensor whose
-last dim is not contiguous (stride != 1), float64 tensors and non-CPU tensors go to the pure-PyTorch backend
-instead (never a silent copy). Math in float32 from float32 tables; storage float32, bfloat16 or float16.
+last dim is not contiguous (stride != 1), float64 tensors and non-CPU tensors go to the pure-PyTorch backend under
+``backend="auto"`` (never a silent copy) and are refused by an explicit ``backend="cpu"`` (:func:`unsupported`).
+Math in float32 from float32 tables; storage float32, bfloat16 or float16.
 """
 
 from __future__ import annotations
@@ -22,10 +23,22 @@ import functools
 import torch
 
 from ropekit.kernels import cpu_build
-from ropekit.rotation import torch_backend
 from ropekit.rotation.autograd import make_rotate
 
-__all__ = ["GRAIN", "GRAIN_16BIT_OPENMP", "Plan", "grain", "plannable", "raw_rotate", "rotate", "supports", "threads_for"]
+__all__ = [
+    "ACCEPTS",
+    "GRAIN",
+    "GRAIN_16BIT_OPENMP",
+    "Plan",
+    "grain",
+    "plannable",
+    "raw_rotate",
+    "refusal",
+    "rotate",
+    "supports",
+    "threads_for",
+    "unsupported",
+]
 
 #: elements per thread: below ~1 MB of float32 a second thread costs more than it saves
 GRAIN = 1 << 18
@@ -35,6 +48,7 @@ GRAIN = 1 << 18
 #: against 13.6-14.5 us, but 22.8 in one run of five: a worker that had gone to sleep) and not with the kernel's own
 #: pool (waking its thread: 20.7 -> 22.9 us). Eleventh session, docs/kernels.md "Decode threads".
 GRAIN_16BIT_OPENMP = 1 << 16
+
 
 @functools.cache
 def _on_openmp() -> bool:
@@ -76,7 +90,8 @@ _PLAN_AXES_FN = {
 
 
 def supports(x: torch.Tensor) -> bool:
-    """Whether the fused kernel handles x (else the PyTorch backend does)."""
+    """Whether the fused kernel handles x (``backend="auto"`` uses the PyTorch backend for the others; an explicit
+    ``backend="cpu"`` refuses them: :func:`unsupported` says why)."""
     return (
         x.device.type == "cpu"
         and x.dtype in _FN
@@ -84,6 +99,45 @@ def supports(x: torch.Tensor) -> bool:
         and x.stride(-1) == 1
         and not x.is_conj()
         and cpu_build.load() is not None
+    )
+
+
+#: what an explicit backend="cpu" takes (in its refusals)
+ACCEPTS = (
+    "CPU tensors of float32, bfloat16 or float16 with 3 or 4 dims whose last dim is contiguous (stride 1), and "
+    "the fused C kernel built (ropekit.kernels.cpu_build.build_info())"
+)
+
+
+@torch.compiler.assume_constant_result  # type: ignore[untyped-decorator]  # untyped in torch
+def _kernel_problem() -> str:
+    """Why the fused kernel is not loaded (empty when it is): one answer per process, which torch.compile bakes
+    in instead of tracing the build."""
+    if cpu_build.load() is not None:
+        return ""
+    return f"the fused CPU kernel is unavailable ({cpu_build.build_info().reason})"
+
+
+def unsupported(x: torch.Tensor) -> str | None:
+    """Why the fused kernel cannot rotate x (None: it can, as :func:`supports` says); traceable by torch.compile
+    (a conjugate view, the one case :func:`supports` adds, is complex: the dtype check refuses it)."""
+    if x.device.type != "cpu":
+        return f"it is on {x.device}"
+    if x.dtype not in _FN:
+        return f"its dtype is {x.dtype}"
+    if x.dim() not in (3, 4):
+        return f"it has {x.dim()} dims"
+    if x.stride(-1) != 1:
+        return f"its last dim has stride {x.stride(-1)} (shape {tuple(x.shape)}, strides {x.stride()})"
+    problem = _kernel_problem()
+    return problem or None
+
+
+def refusal(name: str, x: torch.Tensor, reason: str) -> str:
+    """The error an explicit backend="cpu" raises for an input it cannot rotate."""
+    return (
+        f"backend='cpu' cannot rotate {name}: {reason}. backend='cpu' takes {ACCEPTS}; use backend='auto' to let "
+        "ropekit pick (the PyTorch backend where the kernel cannot run) or backend='torch'"
     )
 
 
@@ -125,8 +179,8 @@ def kernel_tables(cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, t
 def raw_rotate(
     x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, r: int, layout: str, inplace: bool, sign: int = 1
 ) -> torch.Tensor:
-    if not supports(x):
-        return torch_backend.raw_rotate(x, cos, sin, r, layout, inplace, sign)
+    if not supports(x):  # the dispatch refuses these before anything is written: never run another backend
+        raise ValueError(refusal("x", x, unsupported(x) or "unsupported"))
     lib = cpu_build.load()
     cos, sin = kernel_tables(cos, sin)
     out = x if inplace else torch.empty_like(x)
@@ -179,9 +233,7 @@ class Plan:
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         return self.run(q, k, cos.data_ptr(), sin.data_ptr())
 
-    def _outputs(
-        self, q: torch.Tensor, k: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _outputs(self, q: torch.Tensor, k: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Where the call writes (q and k themselves in place), and the thread count set for this call."""
         if self.work >= 2 * self.grain:  # below, threads_for is 1 whatever torch's setting: nothing to redo
             self.args[5] = threads_for(self.work, self.dtype)  # follows torch.set_num_threads between calls
@@ -257,7 +309,9 @@ class Plan:
         return qo, ko
 
 
-def _io(qo: torch.Tensor, q: torch.Tensor, ko: torch.Tensor | None, k: torch.Tensor | None) -> tuple[int, ...]:
+def _io(
+    qo: torch.Tensor, q: torch.Tensor, ko: torch.Tensor | None, k: torch.Tensor | None
+) -> tuple[int, ...]:
     """The addresses every plan call starts with: q's output and input, k's output and input (0 without k)."""
     return qo.data_ptr(), q.data_ptr(), 0 if ko is None else ko.data_ptr(), 0 if k is None else k.data_ptr()
 

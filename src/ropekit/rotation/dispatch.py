@@ -3,8 +3,10 @@
 
 "auto" picks the fused CPU kernel for CPU tensors (:mod:`ropekit.rotation.cpu_backend`), Triton for CUDA tensors
 (:mod:`ropekit.rotation.triton_backend`, q and k in one launch when no autograd is needed) and the PyTorch backend
-otherwise or where a kernel cannot take the tensor (a last dim that is not contiguous, float64). An explicit
-backend that cannot run on the tensor's device is refused before anything is written.
+otherwise or where a kernel cannot take the tensor (a last dim that is not contiguous, float64, the CPU kernel not
+built). An explicit backend runs that backend or raises: one that cannot take q or k (their device, dtype, last-dim
+stride, the kernel not built) is refused with a ValueError before anything is written, in eager mode and under
+torch.compile alike.
 """
 
 from __future__ import annotations
@@ -53,6 +55,22 @@ def _check_backend(backend: str, x: torch.Tensor) -> None:
             raise ValueError(
                 f"backend='triton' needs CUDA tensors (or TRITON_INTERPRET=1 on the CPU), got q on {x.device}"
             )
+
+
+def _check_backend_inputs(backend: str, q: torch.Tensor, k: torch.Tensor | None) -> None:
+    """Refuse an explicit "cpu" or "triton" backend that cannot rotate q or k (dtype, last-dim stride, the kernel
+    not built): a ValueError naming the backend, the tensor, the reason and what the backend takes, raised before
+    anything is written. An explicit backend never silently runs another one; "auto" chooses."""
+    if backend == "cpu":
+        for name, x in (("q", q), ("k", k)):
+            if x is not None and (reason := cpu_backend.unsupported(x)) is not None:
+                raise ValueError(cpu_backend.refusal(name, x, reason))
+    elif backend == "triton":
+        from ropekit.rotation import triton_backend
+
+        for name, x in (("q", q), ("k", k)):
+            if x is not None and (reason := triton_backend.unsupported(x)) is not None:
+                raise ValueError(triton_backend.refusal(name, x, reason))
 
 
 def _pick_backend(backend: str, x: torch.Tensor) -> _Backend:

@@ -3,10 +3,10 @@
 
 The first call with a given geometry is validated in full and, when the fused CPU kernel applies, leaves a
 prepared :class:`ropekit.rotation.cpu_backend.Plan` keyed by everything validation looked at: the spec (by
-identity), format, in-place flag, backend, and the dtype/device/shape/strides of q, k, cos and sin, plus whether q
-and k share storage and at which relative offset. A later call with an equal key skips the Python checks (they
-would give the same answer) and makes one C call. Calls that need autograd, or run under torch.compile, never take
-this path.
+identity), format, in-place flag (a bool: any other value gets no key, so it always meets validation), backend,
+and the dtype/device/shape/strides of q, k, cos and sin, plus whether q and k share storage and at which relative
+offset. A later call with an equal key skips the Python checks (they would give the same answer) and makes one C
+call. Calls that need autograd, or run under torch.compile, never take this path.
 
 :func:`ropekit.apply_rope` has a second level (:func:`apply_key`): its key adds the positions' dtype, shape and
 device to q's and k's geometry, so a repeated call with integer positions skips validation, reads its tables from
@@ -70,7 +70,10 @@ def key(
     inplace: bool,
     backend: str,
 ) -> tuple[Any, ...] | None:
-    """The geometry key, or None when the fast path cannot apply (autograd, compile, non-tensors)."""
+    """The geometry key, or None when the fast path cannot apply (autograd, compile, non-tensors, an ``inplace``
+    that is not a bool: 1 == True would find True's plan, so validation would be skipped)."""
+    if inplace is not True and inplace is not False:
+        return None
     try:
         if torch.is_grad_enabled() and (q.requires_grad or (k is not None and k.requires_grad)):
             return None
@@ -148,7 +151,10 @@ def apply_key(
     inplace: bool,
     backend: str,
 ) -> tuple[Any, ...] | None:
-    """Key of an apply_rope call with integer positions, or None when it cannot take the fast path."""
+    """Key of an apply_rope call with integer positions, or None when it cannot take the fast path (as for
+    :func:`key`, also for an ``inplace`` that is not a bool)."""
+    if inplace is not True and inplace is not False:
+        return None
     try:
         if positions.dtype not in INT_DTYPES or (
             torch.is_grad_enabled() and (q.requires_grad or (k is not None and k.requires_grad))

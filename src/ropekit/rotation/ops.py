@@ -1,9 +1,11 @@
 # SPDX-License-Identifier: MIT
 """ropekit's rotation as registered torch custom ops, so ``torch.compile(fullgraph=True)`` sees no graph break.
 
-``ropekit::rotate`` (out of place, differentiable: its backward is the same op with the opposite sign) and
-``ropekit::rotate_`` (in place, mutates x). Both dispatch to the best backend for the tensor (fused CPU kernel,
-Triton on GPUs, PyTorch otherwise) and have fake implementations for tracing. :func:`ropekit.apply_rope` routes
+``ropekit::rotate`` (out of place, differentiable: its backward is the same op with the opposite sign and the same
+backend) and ``ropekit::rotate_`` (in place, mutates x). Both take the backend name of the call: "auto" picks the
+best backend for the tensor (fused CPU kernel, Triton on GPUs, PyTorch otherwise); "torch", "cpu" and "triton" run
+that backend and no other (the caller has validated that it can take the tensor; a kernel that cannot raises
+rather than run another backend). Both have fake implementations for tracing. :func:`ropekit.apply_rope` routes
 through them while compiling; in eager mode it calls the backends directly (no dispatcher overhead).
 """
 
@@ -18,10 +20,20 @@ from ropekit.rotation.autograd import RawKernel
 __all__ = ["backend_raw", "rotate_inplace_op", "rotate_op"]
 
 
-def backend_raw(x: torch.Tensor) -> RawKernel:
-    """The raw kernel of the best backend for x."""
+def backend_raw(x: torch.Tensor, backend: str = "auto") -> RawKernel:
+    """The raw kernel of ``backend`` ("auto": the best backend for x)."""
     from ropekit.rotation import cpu_backend, torch_backend
 
+    if backend == "torch":
+        return torch_backend.raw_rotate
+    if backend == "cpu":
+        return cpu_backend.raw_rotate
+    if backend == "triton":
+        from ropekit.rotation import triton_backend
+
+        return triton_backend.raw_rotate
+    if backend != "auto":
+        raise ValueError(f"backend must be 'auto', 'torch', 'cpu' or 'triton', got {backend!r}")
     if cpu_backend.supports(x):
         return cpu_backend.raw_rotate
     if x.device.type == "cuda":
@@ -34,29 +46,42 @@ def backend_raw(x: torch.Tensor) -> RawKernel:
 
 @torch.library.custom_op("ropekit::rotate", mutates_args=())
 def rotate_op(
-    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary_dim: int, interleaved: bool, sign: int
+    x: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    rotary_dim: int,
+    interleaved: bool,
+    sign: int,
+    backend: str = "auto",
 ) -> torch.Tensor:
     layout = "interleaved" if interleaved else "half"
-    return backend_raw(x)(x, cos, sin, rotary_dim, layout, False, sign)
+    return backend_raw(x, backend)(x, cos, sin, rotary_dim, layout, False, sign)
 
 
 @rotate_op.register_fake
 def _rotate_fake(
-    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary_dim: int, interleaved: bool, sign: int
+    x: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    rotary_dim: int,
+    interleaved: bool,
+    sign: int,
+    backend: str = "auto",
 ) -> torch.Tensor:
     return torch.empty_like(x)
 
 
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
-    _, cos, sin, rotary_dim, interleaved, sign = inputs
+    _, cos, sin, rotary_dim, interleaved, sign, backend = inputs
     ctx.save_for_backward(cos, sin)
-    ctx.rotary_dim, ctx.interleaved, ctx.sign = rotary_dim, interleaved, sign
+    ctx.rotary_dim, ctx.interleaved, ctx.sign, ctx.backend = rotary_dim, interleaved, sign, backend
 
 
-def _backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None, None, None, None]:
+def _backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None, None, None, None, None]:
     cos, sin = ctx.saved_tensors
     return (
-        rotate_op(grad.contiguous(), cos, sin, ctx.rotary_dim, ctx.interleaved, -ctx.sign),
+        rotate_op(grad.contiguous(), cos, sin, ctx.rotary_dim, ctx.interleaved, -ctx.sign, ctx.backend),
+        None,
         None,
         None,
         None,
@@ -70,14 +95,26 @@ rotate_op.register_autograd(_backward, setup_context=_setup_context)
 
 @torch.library.custom_op("ropekit::rotate_", mutates_args=("x",))
 def rotate_inplace_op(
-    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary_dim: int, interleaved: bool, sign: int
+    x: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    rotary_dim: int,
+    interleaved: bool,
+    sign: int,
+    backend: str = "auto",
 ) -> None:
     layout = "interleaved" if interleaved else "half"
-    backend_raw(x)(x, cos, sin, rotary_dim, layout, True, sign)
+    backend_raw(x, backend)(x, cos, sin, rotary_dim, layout, True, sign)
 
 
 @rotate_inplace_op.register_fake
 def _rotate_inplace_fake(
-    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary_dim: int, interleaved: bool, sign: int
+    x: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    rotary_dim: int,
+    interleaved: bool,
+    sign: int,
+    backend: str = "auto",
 ) -> None:
     return None

@@ -25,20 +25,22 @@ from typing import Any, cast
 
 import torch
 
-from ropekit.rotation import torch_backend
 from ropekit.rotation.autograd import make_rotate
 from ropekit.rotation.cpu_backend import kernel_tables
 
 __all__ = [
+    "ACCEPTS",
     "Plan",
     "available",
     "launch_config",
     "raw_rotate",
+    "refusal",
     "rotate",
     "rotate_qk",
     "rotate_qk_autograd",
     "supports",
     "tables_plan",
+    "unsupported",
 ]
 
 try:  # Triton is optional (the `triton` extra)
@@ -66,6 +68,35 @@ def supports(x: torch.Tensor) -> bool:
         return False
     t = x.device.type
     return t == "cuda" or (t == "cpu" and _interpret())
+
+
+#: what an explicit backend="triton" takes (in its refusals)
+ACCEPTS = (
+    "CUDA tensors (or CPU tensors under TRITON_INTERPRET=1) of float32, bfloat16 or float16 whose last dim is "
+    "contiguous (stride 1), with the triton package installed"
+)
+
+
+def unsupported(x: torch.Tensor) -> str | None:
+    """Why Triton cannot rotate x (None: it can, as :func:`supports` says)."""
+    if not _HAVE_TRITON:
+        return "the triton package is not installed (pip install 'ropekit[triton]')"
+    t = x.device.type
+    if not (t == "cuda" or (t == "cpu" and _interpret())):
+        return f"it is on {x.device}"
+    if x.dtype not in _DTYPES:
+        return f"its dtype is {x.dtype}"
+    if x.stride(-1) != 1:
+        return f"its last dim has stride {x.stride(-1)} (shape {tuple(x.shape)}, strides {x.stride()})"
+    return None
+
+
+def refusal(name: str, x: torch.Tensor, reason: str) -> str:
+    """The error an explicit backend="triton" raises for an input it cannot rotate."""
+    return (
+        f"backend='triton' cannot rotate {name}: {reason}. backend='triton' takes {ACCEPTS}; use backend='auto' to "
+        "let ropekit pick (the PyTorch backend where Triton cannot run) or backend='torch'"
+    )
 
 
 def _pow2(n: int) -> int:
@@ -190,7 +221,9 @@ class Plan:
     ) -> None:
         if self.grid[0] == 0:
             return
-        if q.is_cuda and q.device.index != torch.cuda.current_device():  # Triton launches on the current device
+        if (
+            q.is_cuda and q.device.index != torch.cuda.current_device()
+        ):  # Triton launches on the current device
             with torch.cuda.device(q.device):
                 return self.launch(q, k, qo, ko, t0, t1, rows, consts)
         kk = q if k is None else k
@@ -345,8 +378,8 @@ def _as_bshd(x: torch.Tensor, cos: torch.Tensor) -> tuple[torch.Tensor, torch.Te
 def raw_rotate(
     x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, r: int, layout: str, inplace: bool, sign: int = 1
 ) -> torch.Tensor:
-    if not supports(x):
-        return torch_backend.raw_rotate(x, cos, sin, r, layout, inplace, sign)
+    if not supports(x):  # the dispatch refuses these before anything is written: never run another backend
+        raise ValueError(refusal("x", x, unsupported(x) or "unsupported"))
     xv, c = _as_bshd(x, cos)
     _, s = _as_bshd(x, sin)
     out, _ = rotate_qk(xv, None, c, s, r, layout, inplace, sign)

@@ -311,7 +311,10 @@ def test_f9_cli_reports_instead_of_a_traceback(tmp_path: Path) -> None:
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         rc = main(["inspect", str(p)])
     assert (
-        rc != 0 and "max_position_embeddings='8192'" in err.getvalue() and "Traceback" not in err.getvalue()
+        rc != 0
+        and "config max_position_embeddings must be a positive int (the context length), got '8192'"
+        in err.getvalue()
+        and "Traceback" not in err.getvalue()
     )
 
 

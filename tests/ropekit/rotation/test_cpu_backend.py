@@ -102,12 +102,14 @@ def test_strided_views_without_copies(dtype: torch.dtype) -> None:
     assert torch.equal(qkv[..., 6 * 32 :], before[..., 6 * 32 :])  # v untouched
 
 
-def test_non_unit_last_stride_falls_back_to_pytorch() -> None:
+def test_non_unit_last_stride_goes_to_pytorch_under_auto_and_is_refused_by_cpu() -> None:
     x = torch.randn(2, 5, 3, 64)[..., ::2]
     assert not cpu_backend.supports(x)
     spec = RopeSpec(32)
-    out, _ = apply_rope(x, None, torch.arange(5), spec, backend="cpu")
+    out, _ = apply_rope(x, None, torch.arange(5), spec)  # auto: the PyTorch backend
     torch.testing.assert_close(out.double(), reference_rope(x, torch.arange(5), spec), rtol=0, atol=1e-6)
+    with pytest.raises(ValueError, match=r"backend='cpu' cannot rotate q: its last dim has stride 2"):
+        apply_rope(x, None, torch.arange(5), spec, backend="cpu")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

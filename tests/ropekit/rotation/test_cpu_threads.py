@@ -39,7 +39,9 @@ def test_thread_count_from_work_size_and_torch_setting() -> None:
         assert cpu_backend.grain(dt) == g
         try:
             torch.set_num_threads(2)
-            assert cpu_backend.threads_for(g - 1, dt) == 1  # a few decoding sequences: the calling thread alone
+            assert (
+                cpu_backend.threads_for(g - 1, dt) == 1
+            )  # a few decoding sequences: the calling thread alone
             assert cpu_backend.threads_for(2 * g, dt) == 2
             assert cpu_backend.threads_for(g * 64, dt) == 2  # prefill: torch's setting, never more
             torch.set_num_threads(1)
@@ -176,9 +178,45 @@ os.kill(pid, 9); os.waitpid(pid, 0); print('hang')
 @pytest.mark.parametrize("mode", ["openmp", "pool"])
 def test_forked_child_rotates_on_its_calling_thread(mode: str) -> None:
     """A child forked after the parent ran the kernel on two threads: the kernel's large call still completes in
-    the child (on the calling thread) with the parent's result. Without the OpenMP build's fork handler the child
+    the child with the parent's result (OpenMP build: on the calling thread; pool: on workers of its own). Without the OpenMP build's fork handler the child
     hangs in the OpenMP region, as torch's own ops do there."""
     assert _run(_FORK_PROBE, {"ROPEKIT_CPU_THREADS": mode}) == "0"
+
+
+_FORK_THREADS_PROBE = """
+import json, os, sys, torch
+torch.set_num_threads(2)
+from ropekit import RopeSpec, rope_tables, apply_rope_tables
+from ropekit.kernels import cpu_build
+spec = RopeSpec(128); q = torch.randn(1, 2048, 8, 128); c, s = rope_tables(torch.arange(2048), spec)
+ref = apply_rope_tables(q, None, c, s, spec, backend='cpu')[0]  # two threads' work: the parent ran in parallel
+pid = os.fork()
+if pid == 0:
+    before = len(os.listdir('/proc/self/task'))
+    out = apply_rope_tables(q, None, c, s, spec, backend='cpu')[0]
+    after = len(os.listdir('/proc/self/task'))
+    torch.set_num_threads(1)  # torch's own parallel ops would hang in this child (GNU OpenMP)
+    print(json.dumps({'threads': cpu_build.build_info().threads, 'before': before, 'after': after,
+                      'exact': torch.equal(out, ref)}), flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
+"""
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "fork") or not os.path.isdir("/proc/self/task"), reason="needs fork and /proc"
+)
+@pytest.mark.parametrize("mode", ["openmp", "pool"])
+def test_what_a_forked_child_runs_its_parallel_calls_on(mode: str) -> None:
+    """What docs/kernels.md says about fork (finding 8): a child of the OpenMP build runs its calls on its calling
+    thread (no thread started); a child of the pool build has none of the parent's workers and starts one of its
+    own at its first parallel call. Both compute the parent's result."""
+    res = json.loads(_run(_FORK_THREADS_PROBE, {"ROPEKIT_CPU_THREADS": mode}))
+    assert res["exact"]
+    if res["threads"] == "openmp":
+        assert res["after"] == res["before"]
+    else:
+        assert res["threads"] == "pool" and res["after"] == res["before"] + 1
 
 
 def test_concurrent_python_threads_each_get_their_own_exact_result() -> None:
