@@ -93,18 +93,18 @@ def _check(
 
 
 @pytest.mark.parametrize(
-    "base,head_dim,prf", itertools.product([10_000.0, 500_000.0, 1e6], [64, 128], [1.0, 0.5, 0.25])
+    "base,head_dim,prf", list(itertools.product([10_000.0, 500_000.0, 1e6], [64, 128], [1.0, 0.5, 0.25]))
 )
 def test_default(base: float, head_dim: int, prf: float) -> None:
     _check({"rope_type": "default", "rope_theta": base, "partial_rotary_factor": prf}, head_dim=head_dim)
 
 
-@pytest.mark.parametrize("factor,prf", itertools.product([1.0, 2.0, 8.5], [1.0, 0.5]))
+@pytest.mark.parametrize("factor,prf", list(itertools.product([1.0, 2.0, 8.5], [1.0, 0.5])))
 def test_linear(factor: float, prf: float) -> None:
     _check({"rope_type": "linear", "factor": factor, "rope_theta": 10_000.0, "partial_rotary_factor": prf})
 
 
-@pytest.mark.parametrize("factor,max_pos", itertools.product([2.0, 4.0], [2048, 4096]))
+@pytest.mark.parametrize("factor,max_pos", list(itertools.product([2.0, 4.0], [2048, 4096])))
 def test_dynamic_both_sides_of_the_original_length(factor: float, max_pos: int) -> None:
     lens = (None, max_pos // 2, max_pos, max_pos + 1, 3 * max_pos)
     _check({"rope_type": "dynamic", "factor": factor, "rope_theta": 10_000.0}, max_pos=max_pos, seq_lens=lens)
