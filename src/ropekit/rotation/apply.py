@@ -290,7 +290,9 @@ def apply_rope(
         spec: the RoPE configuration.
         format: "bshd", "bhsd" or "thd".
         inplace: write the result into q's and k's storage (channels past rotary_dim are not touched).
-        backend: "auto" or a name in :data:`BACKENDS`.
+        backend: "auto" (the fused CPU kernel or Triton where they take the tensors, else PyTorch) or a name in
+            :data:`BACKENDS`: an explicit backend runs that backend, eagerly and under ``torch.compile``, or raises
+            a ValueError when it cannot take q or k (device, float64, a strided last dim, the CPU kernel not built).
 
     Returns:
         (q_rot, k_rot); k_rot is None when k is None. With ``inplace=True`` these are q and k themselves.
