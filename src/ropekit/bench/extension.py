@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from ropekit.bench.timing import measure, rows
-from ropekit.kernels import cpu_build
+from ropekit.kernels import build_key, cpu_build
 from ropekit.phases import rope_tables
 from ropekit.rotation import cpu_backend
 from ropekit.rotation.apply import apply_rope_tables
@@ -53,11 +53,11 @@ def _build_extension() -> tuple[float, bool]:
 
 
 def _ctypes_cold_start() -> float:
-    cc = cpu_build._compiler()
+    cc = build_key._compiler()
     if cc is None:
         return float("nan")
     with tempfile.TemporaryDirectory() as tmp:
-        return cpu_build._build(cc, cpu_build._FLAGS + cpu_build._arch_flags(cc), Path(tmp) / "rope_cpu.so")
+        return cpu_build._build(cc, build_key._FLAGS + build_key._arch_flags(), Path(tmp) / "rope_cpu.so")
 
 
 def _impls(B: int, S: int, g: torch.Generator) -> dict[str, Callable[[], Any]]:

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from ropekit import RopeSpec, Rotary, apply_rope
-from ropekit.kernels import cpu_build
+from ropekit.kernels import build_key, cpu_build
 from ropekit.rotation import cpu_backend
 
 pytestmark = pytest.mark.skipif(
@@ -38,10 +38,10 @@ import json, warnings, torch
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     import ropekit
-    from ropekit.kernels import cpu_build
+    from ropekit.kernels import build_key, cpu_build
     info = cpu_build.build_info()
     try:
-        no_compiler = cpu_build._compiler() is None
+        no_compiler = build_key._compiler() is None
     except Exception as e:
         no_compiler = f"{type(e).__name__}: {e}"
     bad = []
@@ -145,8 +145,8 @@ def test_build_key_follows_the_cpu_instruction_set(tmp_path: Path, monkeypatch: 
     def key(text: str) -> str:
         path = tmp_path / "cpuinfo"
         path.write_text(text)
-        monkeypatch.setattr(cpu_build, "_CPUINFO", path)
-        return cpu_build._build_key("pool")
+        monkeypatch.setattr(build_key, "_CPUINFO", path)
+        return build_key._build_key("pool")
 
     head = (
         "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\nmodel name\t: AMD EPYC\n"
@@ -170,7 +170,7 @@ def test_this_hosts_key_holds_its_whole_flags_line() -> None:
     flags = next((line for line in text.splitlines() if line.startswith("flags")), None)
     if flags is None:
         pytest.skip("no flags line (not x86)")
-    assert "flags: " + " ".join(flags.partition(":")[2].split()) in cpu_build._cpu_id().splitlines()
+    assert "flags: " + " ".join(flags.partition(":")[2].split()) in build_key._cpu_id().splitlines()
 
 
 # ---------------------------------------------------------------------------------------- without a compiler
@@ -217,7 +217,7 @@ def _stale_library(tmp_path: Path) -> Path:
     """A library that loads but has another ABI version (and none of the kernel's symbols)."""
     src, out = tmp_path / "stale.c", tmp_path / "stale.so"
     src.write_text("int ropekit_abi_version(void) { return 7; }\n")
-    cc = cpu_build._compiler()
+    cc = build_key._compiler()
     assert cc is not None
     subprocess.run([*cc, "-shared", "-fPIC", "-o", str(out), str(src)], check=True, capture_output=True)
     return out
@@ -298,7 +298,7 @@ def test_cc_with_flags_is_split_and_used(tmp_path: Path) -> None:
     compiler with that flag (a wrapper logs its arguments), build_info() reports both, and the build with the
     integer float16 conversions (the code for compilers with neither _Float16 nor F16C) is bit-identical to the
     PyTorch backend on every float16 value."""
-    real = cpu_build._compiler()
+    real = build_key._compiler()
     assert real is not None
     wrapper, log = tmp_path / "mycc", tmp_path / "mycc.log"
     wrapper.write_text(f'#!/bin/sh\necho "$@" >> "{log}"\nexec {real[0]} "$@"\n')
