@@ -192,14 +192,8 @@ class Rotary(nn.Module):
         ):
             return self._float64(q, k, positions, inplace)
         if self.spec.axes is not None:  # multi-axis spec: positions [n_axes, ...] (ropekit.axis_tables)
-            from ropekit.axis_tables import (
-                check_axes_shape,
-                equal_axes_row,
-                equal_row_memo,
-                memo_hit,
-                remember_equal_row,
-                rotary_forward_axes,
-            )
+            from ropekit.axis_memo import equal_row_memo, memo_hit, remember_equal_row
+            from ropekit.axis_tables import check_axes_shape, equal_axes_row, rotary_forward_axes
 
             if memo_hit(self, positions) is not None:  # same positions tensor as the last (multi-axis) call
                 return rotary_forward_axes(self, q, k, positions, inplace)
