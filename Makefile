@@ -86,7 +86,8 @@ GPU_PYTHON ?= python3
 gpu-check:
 	PYTHONPATH=$(CURDIR)/src:$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(GPU_PYTHON) -m pytest -q -p no:cacheprovider \
 		tests/ropekit/rotation/test_triton_backend.py tests/ropekit/rotation/test_triton_cuda_paths.py \
-		tests/ropekit/rotation/test_triton_positions.py tests/ropekit/test_axis_tables.py tests/ropekit/test_module.py
+		tests/ropekit/rotation/test_triton_positions.py tests/ropekit/rotation/test_triton_axes.py \
+		tests/ropekit/test_axis_tables.py tests/ropekit/test_axis_tables_paths.py tests/ropekit/test_axis_memo.py tests/ropekit/test_module.py
 	mkdir -p build
 	PYTHONPATH=$(CURDIR)/src:$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(GPU_PYTHON) bench/gpu.py --out build/bench-gpu.json
 

@@ -209,3 +209,56 @@ def test_kernels_md_liger_gap_table_is_run_8() -> None:
             assert len(got) == (1 if column == 0 else 2), (cells[:2], cell)  # copy has no percent
             if column:
                 assert got[1] == round(100 * us["copy"] / want), (cells[:2], cell)
+
+
+def test_kernels_md_multi_axis_tables_are_run_9() -> None:
+    """Run 9's multi-axis tables (H100): every cell is docs/bench-gpu-h100-run9.json's, before and after the
+    position kernels took an axis map; prefill cells are device µs, decode cells host µs / graph µs."""
+    run9 = json.loads((ROOT / "docs" / "bench-gpu-h100-run9.json").read_text())
+    assert run9["machine"]["gpu"] == "NVIDIA H100 80GB HBM3"
+    text = (ROOT / "docs" / "kernels.md").read_text()
+    section = text[text.index("### Run 9") : text.index("### Not done yet on a GPU")]
+    lines = [
+        ln for ln in section.splitlines() if ln.startswith("| ") and "---" not in ln and "| case |" not in ln
+    ]
+
+    def key(r: dict) -> tuple[str, int | None]:
+        return r["case"], r["batch"] if "decode" in r["case"] else None
+
+    before = {key(r): r["rows"] for r in run9["before"]["results"]}
+    after = {key(r): r["rows"] for r in run9["after"]["results"]}
+    assert len(lines) == len(after) == 9
+    names = [
+        "copy (floor)",
+        "ropekit apply_rope (1-D)",
+        "ropekit apply_rope_axes",
+        "ropekit Rotary (axes)",
+        "ropekit apply_rope_tables (axes)",
+        "transformers eager",
+        "transformers torch.compile",
+    ]
+    for line in lines:
+        cells = _cells(line)
+        label = cells[0]
+        batch = int(label.rsplit(" ", 1)[1]) if " batch " in label else None
+        case = (
+            label.split(" batch ")[0] if batch else " ".join(label.split()[: 3 if "vision" in label else 2])
+        )
+        rows_b, rows_a = before[(case, batch)], after[(case, batch)]
+        assert len(cells) == 1 + len(names), line
+        for name, cell in zip(names, cells[1:], strict=True):
+            parts = cell.split("→")
+            if len(parts) == 2:  # before -> after
+                assert _expected(rows_b[name], batch) == parts[0].strip(), (label, name, cell)
+            assert _expected(rows_a.get(name), batch) == parts[-1].strip().strip("*"), (label, name, cell)
+
+
+def _expected(row: dict | None, batch: int | None) -> str:
+    if row is None:
+        return "n/a"
+    if "error" in row:
+        return "error"
+    if batch is None:
+        return f"{row['us']:.1f}"
+    g = row.get("graph_us")
+    return f"{row['host_us']:.1f} / {'-' if g is None else f'{g:.2f}'}"

@@ -7,10 +7,11 @@ integer positions) at each axis's positions, with band j gathered from axis ``a(
 to the 1-D table at that band's axis position (tested against :func:`ropekit.rope_tables`). Float32 tables of
 integer positions are one gather of every band's row from the spec's exact 1-D cache (:mod:`ropekit.axis_gather`);
 float positions, float64 tables and positions past the cache cost one 1-D table per axis plus a selection. The
-result has the 1-D shape
-[*P, n], so every rotation backend (torch, fused CPU, Triton) rotates it unchanged: multi-axis RoPE needs no
-new rotation path (M-RoPE: Wang et al. 2024, "Qwen2-VL", arXiv 2409.12191; 2-D: Heo et al. 2024, arXiv
-2403.13298).
+result has the 1-D shape [*P, n], so every rotation backend (torch, fused CPU, Triton) rotates it unchanged:
+multi-axis RoPE needs no new rotation path. On CUDA, integer positions of a static spec skip the tables: the 1-D
+position kernels read each band's axis position themselves (an axis map in the same launch,
+:mod:`ropekit.rotation.triton_positions`; no host sync, so a CUDA graph can capture it). M-RoPE: Wang et al.
+2024, "Qwen2-VL", arXiv 2409.12191; 2-D: Heo et al. 2024, arXiv 2403.13298.
 
 Shapes: A axes, P any position shape, n = rotary_dim // 2 bands.
     positions [A, *P] (integer or float32/float64) -> cos, sin [*P, n]
@@ -23,9 +24,9 @@ from typing import Any, cast
 import torch
 
 from ropekit.axis_gather import gather_bands as _gather_bands
-from ropekit.axis_memo import _MEMO, _fresh, _stamp, memo_hit
+from ropekit.axis_memo import _fresh, _stamp
 from ropekit.phases import check_positions, rope_tables
-from ropekit.rotation import axis_plan
+from ropekit.rotation import axis_plan, fastpath
 from ropekit.rotation.apply import (
     FORMATS,
     Format,
@@ -33,6 +34,8 @@ from ropekit.rotation.apply import (
     apply_rope,
     apply_rope_tables,
 )
+from ropekit.rotation.apply import _validate as validate
+from ropekit.rotation.dispatch import device_tables, fused_positions
 from ropekit.spec import RopeSpec
 from ropekit.table_cache import shared_cache
 
@@ -42,7 +45,6 @@ __all__ = [
     "check_axes_shape",
     "check_axis_positions",
     "equal_axes_row",
-    "rotary_forward_axes",
     "select_axes",
 ]
 
@@ -115,6 +117,10 @@ def axis_tables(
         and not pos.dtype.is_floating_point
         and not torch.compiler.is_compiling()
     ):
+        if out_device.type == "cuda":  # one Triton launch reads each band's axis position: no host sync
+            got = device_tables(pos.to(out_device), spec)
+            if got is not None:
+                return got
         # integer positions: every band's row gathered from the exact 1-D cache in one pass (bit-identical: the
         # rows rope_tables returns), not three axes' tables cut apart and stacked
         cache = shared_cache(flat, out_device)
@@ -168,6 +174,18 @@ def apply_rope_axes(
         and isinstance(spec, RopeSpec)
         and spec.axes is not None
         and isinstance(positions, torch.Tensor)
+        and isinstance(q, torch.Tensor)
+        and q.device.type == "cuda"
+        and not torch.compiler.is_compiling()
+    ):
+        on_device = _on_device(q, k, positions, spec, format, inplace, backend)
+        if on_device is not None:
+            return on_device
+    if (
+        not need64
+        and isinstance(spec, RopeSpec)
+        and spec.axes is not None
+        and isinstance(positions, torch.Tensor)
     ):
         # a geometry validated before (CPU): one C call reads or blends every token's rows from the cache
         planned = axis_plan.run_planned(q, k, positions, spec, format, inplace, backend)
@@ -196,6 +214,32 @@ def apply_rope_axes(
             q, k, positions, _token_row(positions, format), spec, _one_axis(spec), format, inplace, backend
         )
     return out
+
+
+def _on_device(
+    q: torch.Tensor,
+    k: torch.Tensor | None,
+    positions: torch.Tensor,
+    spec: RopeSpec,
+    fmt: str,
+    inplace: bool,
+    backend: str,
+) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """CUDA: one Triton launch in which every band reads its own axis's integer position (no tables, no host
+    sync, so a CUDA graph can capture it; repeated geometries skip the checks); None where it does not apply
+    (float positions, dynamic scaling, autograd, no Triton), after the checks, and the caller goes on."""
+    akey = fastpath.apply_key(q, k, positions, spec, fmt, inplace, backend)
+    hit = fastpath.apply_lookup(akey, spec)
+    if hit is not None and getattr(hit[0], "from_pos", False):
+        planned: tuple[torch.Tensor, torch.Tensor | None] = hit[0](q, k, positions, positions)
+        return planned
+    pos = check_axis_positions(positions, spec)
+    if fmt not in FORMATS:
+        raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
+    _check_q_dim(q, fmt)
+    check_axes_shape(pos, q, fmt)
+    validate(q, k, None, _one_axis(spec), fmt, inplace, backend)  # q, k, inplace and backend, as apply_rope
+    return fused_positions(q, k, pos, spec, fmt, inplace, backend, akey)
 
 
 def _token_row(positions: torch.Tensor, fmt: str) -> torch.Tensor:
@@ -279,49 +323,3 @@ def equal_axes_row(positions: torch.Tensor, spec: RopeSpec) -> torch.Tensor | No
         a = pos.numpy()
         return pos[0] if bool((a[1:] == a[:1]).all()) else None
     return pos[0] if bool((pos[1:] == pos[:1]).all()) else None
-
-
-def rotary_forward_axes(
-    rotary: torch.nn.Module, q: torch.Tensor, k: torch.Tensor | None, positions: torch.Tensor, inplace: bool
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """:class:`ropekit.Rotary`'s forward for a multi-axis spec: per-axis rows from its cache, then selection."""
-    spec: RopeSpec = rotary.spec  # type: ignore[assignment]
-    fmt: str = rotary.format  # type: ignore[assignment]
-    memo = memo_hit(rotary, positions)
-    pos = memo[3] if memo is not None else check_axis_positions(positions, spec)
-    if not isinstance(q, torch.Tensor) or q.dim() != (3 if fmt == "thd" else 4):
-        shape = tuple(q.shape) if isinstance(q, torch.Tensor) else type(q).__name__
-        raise ValueError(f"q must be a {3 if fmt == 'thd' else 4}-D tensor for format={fmt!r}, got {shape}")
-    check_axes_shape(pos, q, fmt)
-    if memo is not None:
-        cos, sin = memo[4], memo[5]
-    else:
-        checked = pos
-        if fmt != "thd" and pos.dim() == 3 and pos.shape[1] == 1:
-            pos = pos[:, 0]
-        cos, sin = _cached_axis_tables(rotary, pos, spec)
-        stamp = _stamp(positions)
-        if stamp is not None:
-            rotary.__dict__[_MEMO] = (positions, stamp, rotary.inv_freq.device, checked, cos, sin)
-    cos, sin = cos.to(q.device), sin.to(q.device)
-    return apply_rope_tables(q, k, cos, sin, spec, format=fmt, inplace=inplace)  # type: ignore[arg-type]
-
-
-def _cached_axis_tables(
-    rotary: torch.nn.Module, pos: torch.Tensor, spec: RopeSpec
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """[A, *P] -> [*P, n] from the module's exact 1-D cache: one gather of every band's row (the work of a 1-D
-    lookup). Positions the cache cannot serve (float, negative, beyond its limit) take the exact banded path."""
-    assert spec.axes is not None
-    dev: torch.device = rotary.inv_freq.device  # type: ignore[assignment]
-    if (
-        pos.dtype.is_floating_point
-        or pos.numel() == 0
-        or dev.type == "meta"
-        or pos.device.type == "meta"
-        or torch.compiler.is_compiling()  # traced: the gather reads the growing cache (host syncs, C call)
-    ):
-        return axis_tables(pos, spec, device=dev)
-    cache = getattr(rotary, "_cache", None)  # ropekit.table_cache.TableCache: rows [L, 2, n], exact
-    hit = _gather_bands(cache, pos.to(dev), spec) if hasattr(cache, "rows") else None
-    return hit if hit is not None else axis_tables(pos, spec, device=dev)  # still exact without the cache

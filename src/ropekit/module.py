@@ -130,10 +130,11 @@ class Rotary(nn.Module):
         per-token tables [*P, n] that :func:`ropekit.axis_tables` gives (each band at its axis' position).
         """
         if self.spec.axes is not None:
-            from ropekit.axis_tables import _cached_axis_tables, check_axis_positions
+            from ropekit.axis_rotary import cached_axis_tables
+            from ropekit.axis_tables import check_axis_positions
 
             pos = check_axis_positions(positions, self.spec)
-            cos, sin = _cached_axis_tables(self, pos.to(self.inv_freq.device), self.spec)
+            cos, sin = cached_axis_tables(self, pos.to(self.inv_freq.device), self.spec)
             return cos.clone(memory_format=torch.contiguous_format), sin.clone(
                 memory_format=torch.contiguous_format
             )
@@ -193,7 +194,12 @@ class Rotary(nn.Module):
             return self._float64(q, k, positions, inplace)
         if self.spec.axes is not None:  # multi-axis spec: positions [n_axes, ...] (ropekit.axis_tables)
             from ropekit.axis_memo import equal_row_memo, memo_hit, remember_equal_row
-            from ropekit.axis_tables import check_axes_shape, equal_axes_row, rotary_forward_axes
+            from ropekit.axis_rotary import rotary_forward_axes
+            from ropekit.axis_tables import apply_rope_axes, check_axes_shape, equal_axes_row
+
+            if isinstance(q, torch.Tensor) and q.device.type == "cuda" and not torch.compiler.is_compiling():
+                # one Triton launch reads every band's axis position (no tables, no host sync), as for 1-D below
+                return apply_rope_axes(q, k, positions, self.spec, format=self.format, inplace=inplace)
 
             if memo_hit(self, positions) is not None:  # same positions tensor as the last (multi-axis) call
                 return rotary_forward_axes(self, q, k, positions, inplace)

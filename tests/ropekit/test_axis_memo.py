@@ -26,17 +26,16 @@ def test_rotary_reuses_the_gathered_tables_of_the_same_positions_tensor(
     tables, later calls reuse them -- only while it is the same, unchanged tensor. Every result is checked against
     tables built from scratch by axis_tables; an in-place change, another tensor with other values, an
     inference tensor and a new q shape are all rotated correctly."""
-    import sys
+    import ropekit.axis_rotary as ar  # Rotary's multi-axis side: its gather from the module's cache
 
-    at = sys.modules["ropekit.axis_tables"]
     spec = qwen2_vl_spec(16, 1e4, (2, 3, 3))
     rot = Rotary(spec, max_seq_len=64)
     pos = torch.tensor(
         [[[0, 1, 2, 2, 2, 2, 5]], [[0, 1, 2, 2, 3, 3, 5]], [[0, 1, 2, 3, 2, 3, 5]]]
     )  # [3, 1, 7]
     gathers: list[int] = []
-    real = at._gather_bands
-    monkeypatch.setattr(at, "_gather_bands", lambda *a: gathers.append(1) or real(*a))
+    real = ar._gather_bands
+    monkeypatch.setattr(ar, "_gather_bands", lambda *a: gathers.append(1) or real(*a))
 
     def check(q: torch.Tensor, p: torch.Tensor) -> None:
         got, _ = rot(q, None, positions=p)
@@ -102,6 +101,7 @@ def test_apply_rope_axes_reuses_the_tables_of_the_same_positions_tensor(
     import sys
 
     at = sys.modules["ropekit.axis_tables"]
+
     spec = qwen2_vl_spec(16, 1e4, (2, 3, 3))
     other_spec = qwen3_vl_spec(16, 1e4, (4, 2, 2))
     pos = torch.tensor([[0, 1, 2, 2, 2, 2, 5], [0, 1, 2, 2, 3, 3, 5], [0, 1, 2, 3, 2, 3, 5]])  # [3, 7]

@@ -136,6 +136,8 @@ def test_apply_rope_axes_reads_integer_positions_from_the_shared_cache(
     negative ones still take the exact builder."""
     import sys
 
+    import ropekit.axis_rotary  # noqa: F401 (loaded, so sys.modules holds it)
+
     at = sys.modules["ropekit.axis_tables"]
     spec = qwen3_vl_spec(16, 1e4, (4, 2, 2))
     q, k = torch.randn(2, 4, 3, 16), torch.randn(2, 4, 1, 16)
@@ -164,6 +166,8 @@ def test_equal_axes_take_the_one_d_path_bit_identically(kind: str, monkeypatch: 
     the multi-axis path."""
     import sys
 
+    import ropekit.axis_rotary  # noqa: F401 (loaded, so sys.modules holds it)
+
     at = sys.modules["ropekit.axis_tables"]
     spec = qwen3_vl_spec(16, 1e4, (4, 2, 2))
     rot = Rotary(spec, max_seq_len=16)
@@ -177,9 +181,11 @@ def test_equal_axes_take_the_one_d_path_bit_identically(kind: str, monkeypatch: 
         else (lambda p: rot(q, k, positions=p))
     )
     taken: list[str] = []
-    real_fwd, real_gather = at.rotary_forward_axes, at._gather_bands
-    monkeypatch.setattr(at, "rotary_forward_axes", lambda *a: taken.append("multi") or real_fwd(*a))
+    ar = sys.modules["ropekit.axis_rotary"]
+    real_fwd, real_gather = ar.rotary_forward_axes, at._gather_bands
+    monkeypatch.setattr(ar, "rotary_forward_axes", lambda *a: taken.append("multi") or real_fwd(*a))
     monkeypatch.setattr(at, "_gather_bands", lambda *a: taken.append("multi") or real_gather(*a))
+    monkeypatch.setattr(ar, "_gather_bands", lambda *a: taken.append("multi") or real_gather(*a))
     real_planned = cpu_backend.Plan.call_axes
     monkeypatch.setattr(cpu_backend.Plan, "call_axes", lambda *a: taken.append("planned") or real_planned(*a))
     axis_plan._PLANS.clear()  # no plan for this geometry yet: the first call is validated

@@ -160,7 +160,7 @@ class Plan:
     views; called with the caller's tensors (the same storage, so the same data pointers). Out of place only when
     every channel is rotated (the outputs are fresh ``empty_like`` tensors of the same geometry)."""
 
-    __slots__ = ("_consts", "_rows", "args", "from_pos", "grid", "has_k", "inplace", "meta")
+    __slots__ = ("_consts", "_rows", "_slots", "args", "from_pos", "grid", "has_k", "inplace", "meta")
 
     def __init__(
         self,
@@ -177,8 +177,11 @@ class Plan:
         rows: torch.Tensor | None,
         consts: torch.Tensor | None,
         inplace: bool,
+        slots: torch.Tensor | None = None,
+        t_sa: int = 0,
     ) -> None:
-        self._rows, self._consts = rows, consts
+        # slots: int32 [n] axis of each band for multi-axis positions (t_sa apart), None for 1-D
+        self._rows, self._consts, self._slots = rows, consts, slots
         rows_len = 0 if rows is None else rows.shape[0]
         B, S, HQ, q_sb, q_ss, q_sh = _bshd(q)
         _, _, _, qo_sb, qo_ss, qo_sh = _bshd(qo)
@@ -192,7 +195,7 @@ class Plan:
         nqb = -(-HQ // bh)
         self.grid = (-(-T // bt), 1 if cfg["head_loop"] else nqb + (-(-HK // bh) if k is not None else 0))
         self.args: tuple[int, ...] = (rows_len, T, S, HQ, HK, nqb, q_sb, q_ss, q_sh, qo_sb, qo_ss, qo_sh)
-        self.args = (*self.args, k_sb, k_ss, k_sh, ko_sb, ko_ss, ko_sh, t_sb, t_ss)
+        self.args = (*self.args, k_sb, k_ss, k_sh, ko_sb, ko_ss, ko_sh, t_sb, t_ss, t_sa)
         self.meta = {
             "N": n,
             "BLOCK_N": _pow2(n),
@@ -204,6 +207,7 @@ class Plan:
             "HAS_K": k is not None,
             "FROM_POS": from_pos,
             "HEAD_LOOP": bool(cfg["head_loop"]),
+            "AXES": slots is not None,
             "num_warps": cfg["num_warps"],
         }
         self.from_pos, self.has_k, self.inplace = from_pos, k is not None, inplace
@@ -227,8 +231,9 @@ class Plan:
             with torch.cuda.device(q.device):
                 return self.launch(q, k, qo, ko, t0, t1, rows, consts)
         kk = q if k is None else k
+        slots = consts if self._slots is None else self._slots  # not read without AXES
         _k.rope_kernel[self.grid](
-            q, qo, kk, kk if ko is None else ko, t0, t1, rows, consts, *self.args, **self.meta
+            q, qo, kk, kk if ko is None else ko, t0, t1, rows, consts, slots, *self.args, **self.meta
         )  # fmt: skip
 
     def __call__(

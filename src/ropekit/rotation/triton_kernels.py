@@ -9,6 +9,10 @@ picks a block of BLOCK_H heads.
 
 ``tables_kernel`` writes exact float32 cos/sin rows for integer positions the same way (rope_tables on CUDA).
 
+With AXES (multi-axis RoPE: M-RoPE, Wang et al. 2024, "Qwen2-VL"; axial 2-D RoPE, Heo et al. 2024) the positions
+hold one row per axis (stride t_sa between rows) and band j reads the position of its own axis SLOTS[j] (int32
+[n]): the same kernels, each band's row taken at its axis's position (``_row_axes``), no per-token tables.
+
 Exact rows on the fly are :func:`ropekit.reduction.reduced_turns` in float64: p = hi * 2^32 + lo, the six exact
 pieces of frac(2^(32 j) theta / 2 pi) (CONSTS rows 0-5, 21 significant bits each, so every product and floor is
 exact), the float64 rest, one final reduction to [-1/2, 1/2] turn; cos and sin in float64, times the attention
@@ -66,6 +70,25 @@ def _row(COS, SIN, t_off, p, ROWS, CONSTS, L, i, N: tl.constexpr, FROM_POS: tl.c
     else:
         c = tl.load(COS + t_off + i, mask=m, other=1.0).to(tl.float32)
         s = tl.load(SIN + t_off + i, mask=m, other=0.0).to(tl.float32)
+    return c, s
+
+
+@triton.jit
+def _row_axes(POS, t_off, t_sa, SLOTS, ROWS, CONSTS, L, i, N: tl.constexpr):
+    """Multi-axis: band j turned at the position of axis SLOTS[j] (POS + t_off + SLOTS[j] * t_sa); rows from the
+    exact table where 0 <= p < L, else exact in float64 (computed only when some band needs it)."""
+    m = i < N
+    a = tl.load(SLOTS + i, mask=m, other=0).to(tl.int64)
+    p = tl.load(POS + t_off + a * t_sa, mask=m, other=0).to(tl.int64)
+    inside = (p >= 0) & (p < L)
+    row = ROWS + tl.where(inside, p, 0) * (2 * N) + i
+    c = tl.load(row, mask=m & inside, other=1.0)
+    s = tl.load(row + N, mask=m & inside, other=0.0)
+    outside = (m & ~inside).to(tl.int32)
+    if tl.max(outside, axis=0) > 0:
+        ce, se = _exact_row(p, CONSTS, i, N)
+        c = tl.where(inside, c, ce)
+        s = tl.where(inside, s, se)
     return c, s
 
 
@@ -135,6 +158,7 @@ def rope_kernel(
     SIN,
     ROWS,
     CONSTS,
+    SLOTS,
     L,
     T,
     S,
@@ -155,6 +179,7 @@ def rope_kernel(
     ko_sh,
     t_sb,
     t_ss,
+    t_sa,
     N: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_H: tl.constexpr,
@@ -165,8 +190,10 @@ def rope_kernel(
     HAS_K: tl.constexpr,
     FROM_POS: tl.constexpr,
     HEAD_LOOP: tl.constexpr,
+    AXES: tl.constexpr,
 ):
-    """COS/SIN are the tables (FROM_POS=False) or COS the int positions (FROM_POS=True), strides t_sb, t_ss."""
+    """COS/SIN are the tables (FROM_POS=False) or COS the int positions (FROM_POS=True), strides t_sb, t_ss; with
+    AXES (and FROM_POS) one row of positions per axis, t_sa apart, band j reading axis SLOTS[j]."""
     pid = tl.program_id(0).to(tl.int64)  # token block; token = b * S + s, int64 from the start
     hb0 = tl.program_id(1)
     i = tl.arange(0, BLOCK_N)
@@ -176,10 +203,13 @@ def rope_kernel(
         b = tv // S
         si = tv % S
         t_off = b * t_sb + si * t_ss
-        p = 0
-        if FROM_POS:
-            p = tl.load(COS + t_off).to(tl.int64)
-        c, s = _row(COS, SIN, t_off, p, ROWS, CONSTS, L, i, N, FROM_POS)
+        if AXES:
+            c, s = _row_axes(COS, t_off, t_sa, SLOTS, ROWS, CONSTS, L, i, N)
+        else:
+            p = 0
+            if FROM_POS:
+                p = tl.load(COS + t_off).to(tl.int64)
+            c, s = _row(COS, SIN, t_off, p, ROWS, CONSTS, L, i, N, FROM_POS)
         s = s * SIGN
         hv = tl.zeros([BLOCK_H], tl.int64) + tok < T  # vector form (the interpreter wants it)
         q_off = b * q_sb + si * q_ss
@@ -206,16 +236,21 @@ def rope_kernel(
 
 @triton.jit
 def tables_kernel(
-    POS, COS, SIN, ROWS, CONSTS, L, P, N: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr
-):
-    """cos/sin [P, N] float32 (contiguous) of int positions [P] (contiguous)."""
+    POS, COS, SIN, ROWS, CONSTS, SLOTS, L, P, N: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
+    AXES: tl.constexpr,
+):  # fmt: skip
+    """cos/sin [P, N] float32 (contiguous) of int positions [P] (contiguous); with AXES positions [A, P]
+    (contiguous) and band j at axis SLOTS[j]."""
     pid = tl.program_id(0).to(tl.int64)
     i = tl.arange(0, BLOCK_N)
     for t in tl.static_range(BLOCK_T):
         tok = pid * BLOCK_T + t
         tv = tl.minimum(tok, P - 1)
-        p = tl.load(POS + tv).to(tl.int64)
-        c, s = _row(POS, POS, 0, p, ROWS, CONSTS, L, i, N, True)
+        if AXES:
+            c, s = _row_axes(POS, tv, P, SLOTS, ROWS, CONSTS, L, i, N)
+        else:
+            p = tl.load(POS + tv).to(tl.int64)
+            c, s = _row(POS, POS, 0, p, ROWS, CONSTS, L, i, N, True)
         m = (i < N) & (tl.zeros([BLOCK_N], tl.int64) + tok < P)
         tl.store(COS + tv * N + i, c, mask=m)
         tl.store(SIN + tv * N + i, s, mask=m)
