@@ -11,8 +11,9 @@ up to L0; beyond it transformers' dynamic NTK grows the base as (s * l / L0 - (s
 current length l, which at l = T = s * L0 is (s^2 - s + 1)^(d / (d - 2)): the slowest band is interpolated by
 s^2 - s + 1, more than s (:data:`NOTES` says this in the output).
 
-Without a given target, :func:`default_target` is max(4 * L0, context): four times the pretraining length, or
-the model's own extended context when that is longer.
+Without a given target, :func:`default_target` is the model's own extended context when it has one (context >
+L0: its scheme is compared with the others at the length it was extended to, where s is its own factor), else
+four times the pretraining length (an unscaled model: a 4x extension). ``inspect --compare`` and the report use it.
 
 Shapes: n bands, k schemes.
 """
@@ -110,12 +111,14 @@ def build_scheme(name: str, factor: float, original_len: int) -> Scaling:
 
 
 def default_target(spec: RopeSpec, context: int) -> int:
-    """max(4 * L0, context): four times the pretraining length, or the model's extended context if longer.
+    """The length schemes are compared at: ``context`` for a model already extended past its pretraining length
+    L0 (context > L0), else 4 * L0.
 
     Raises:
         ValueError: ``context`` is not a positive int.
     """
-    return max(4 * original_length(spec, context), int(context))
+    L0 = original_length(spec, context)
+    return int(context) if context > L0 else 4 * L0
 
 
 def check_length(name: str, value: object) -> int:

@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--extend-to",
         type=int,
         default=None,
-        help="compare scaling schemes at this target length, <= 2^53 (default with --compare: max(4 x L0, context))",
+        help="compare scaling schemes at this target length, <= 2^53 (default with --compare: the context of an extended model, else 4 x L0)",
     )
     pi.add_argument(
         "--compare",

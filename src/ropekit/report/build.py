@@ -24,11 +24,12 @@ from typing import Any
 import torch
 
 from ropekit.analysis.axes import axis_report, default_extents
+from ropekit.analysis.compare import default_target
 from ropekit.analysis.decay import gaussian_dot_moments, gaussian_dot_samples, ones_dot, su_bound
 from ropekit.analysis.layers import not_compared
 from ropekit.analysis.precision_curve import precision_curve
 from ropekit.analysis.rotations import rotations
-from ropekit.analysis.schemes import original_length, scheme_table
+from ropekit.analysis.schemes import scheme_table
 from ropekit.analysis.spectrum import spectrum
 from ropekit.report import captions, figures
 from ropekit.report.plotting import png_bytes
@@ -97,11 +98,6 @@ def decay_distances(context: int) -> torch.Tensor:
     dense = torch.arange(0, 64, dtype=torch.float64)
     spread = torch.logspace(math.log10(64), math.log10(hi), 900, dtype=torch.float64).round()
     return torch.tensor(sorted(set(torch.cat([dense, spread]).tolist())), dtype=torch.float64)
-
-
-def _scheme_target(spec: RopeSpec, context: int) -> int:
-    L0 = original_length(spec, context)
-    return context if context > L0 else 4 * L0  # an unscaled model: show a 4x extension
 
 
 @dataclass(frozen=True)
@@ -202,7 +198,7 @@ def _scaling(
 ) -> None:
     """The scaling comparison, or for a layer type whose window is shorter than the target, why there is none
     (``inspect --compare``'s rule and words)."""
-    target = _scheme_target(spec, at.context)
+    target = default_target(spec, at.context)  # the rule inspect --compare uses
     if at.window is not None and at.window < target:
         reason = not_compared(at.window)
         data["scaling"] = {"skipped": reason}

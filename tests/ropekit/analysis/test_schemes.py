@@ -152,6 +152,10 @@ def test_original_length_of_factor_only_schemes() -> None:
     assert original_length(RopeSpec(8, scaling=Linear(3.0)), 100) == 33
     assert original_length(RopeSpec(8), 8192) == 8192
     assert default_target(RopeSpec(8, scaling=Linear(4.0)), 8192) == 8192  # the model's own extension
+    # extended 2x (L0 = 4096 < context = 8192 < 4 L0): still its own context, where s is its own factor (inspect
+    # used 4 L0 here while the report used the context: one rule for both now)
+    assert default_target(RopeSpec(8, scaling=Linear(2.0)), 8192) == 8192
+    assert default_target(RopeSpec(8), 8192) == 4 * 8192  # unscaled: a 4x extension
     t = scheme_table(RopeSpec(8, scaling=Linear(4.0)), context=8192, target=8192)
     assert t.factor == 4.0 and t.ratio["model:Linear"].tolist() == pytest.approx([4.0] * 4, rel=1e-12)
 

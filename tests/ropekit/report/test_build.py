@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from ropekit.analysis import precision_curve, rotations, scheme_table, spectrum, su_bound
+from ropekit.analysis.compare import default_target
 from ropekit.presets import PRESETS
-from ropekit.report.build import _scheme_target, decay_distances
+from ropekit.report.build import decay_distances
 from ropekit.report.sources import resolve
 
 
@@ -24,7 +25,7 @@ def test_every_preset_goes_through_every_analysis(name: str) -> None:
         else:  # an explicit table has no critical dimension (inspect: critical_dim null)
             assert sp.critical_dim is None
         assert rotations(spec, span).after.shape == (spec.n_bands,)
-        table = scheme_table(spec, context=src.context, target=_scheme_target(spec, src.context))
+        table = scheme_table(spec, context=src.context, target=default_target(spec, src.context))
         assert table.target >= table.original_length
         if spec.scaling is not None:
             assert any(k.startswith("model:") for k in table.ratio)

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 import torch
 
+from ropekit.analysis.compare import default_target
 from ropekit.analysis.rotations import rotations
 from ropekit.analysis.schemes import scheme_table
 from ropekit.analysis.spectrum import spectrum
 from ropekit.presets import PRESETS
 from ropekit.report import captions, figures
-from ropekit.report.build import _scheme_target
 from ropekit.report.sources import resolve
 
 _LAYERS = [(n, label) for n in sorted(PRESETS) for label in resolve(n).specs]
@@ -34,7 +34,7 @@ def test_captions_describe_what_is_drawn(name: str, label: str) -> None:
     src = resolve(name)
     spec, context = src.specs[label], src.context
     window = src.windows.get(label) if src.span(label) < context else None
-    table = scheme_table(spec, context=context, target=_scheme_target(spec, context))
+    table = scheme_table(spec, context=context, target=default_target(spec, context))
     sp = spectrum(spec, context)
     text = captions.scaling_caption(table, spec, assumed=sp.train_len_assumed)
     assert ("dynamic NTK" in text) == ("dynamic" in table.ratio)

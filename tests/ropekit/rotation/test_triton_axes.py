@@ -165,6 +165,32 @@ def test_entry_points_on_cuda_never_sync_and_match_the_host(name: str) -> None:
 
 
 @cuda
+@pytest.mark.parametrize("fmt", ["bhsd", "thd"])
+@pytest.mark.parametrize("inplace", [False, True])
+def test_cuda_formats_in_place_and_int32_positions(fmt: str, inplace: bool) -> None:
+    """The launch reads q and k in every format, in place or not, and int32 positions, as the host path does."""
+    spec = CASES["glm4v"][0]  # partial rotary: the channels past rotary_dim pass through
+    a, b, s, d = 3, 2, 7, spec.head_dim
+    if fmt == "thd":
+        q, k = torch.randn(b * s, 4, d), torch.randn(b * s, 2, d)
+        pos = torch.randint(-5, 2 * L, (a, b * s), dtype=torch.int32)
+    else:
+        q, k = torch.randn(b, 4, s, d), torch.randn(b, 2, s, d)
+        pos = torch.randint(-5, 2 * L, (a, b, s), dtype=torch.int32)
+    want_q, want_k = apply_rope_axes(q.double(), k.double(), pos.long(), spec, format=fmt)
+    qd, kd = q.cuda(), k.cuda()
+    for call in (apply_rope_axes, Rotary(spec, format=fmt).cuda()):
+        qi, ki = qd.clone(), kd.clone()
+        if call is apply_rope_axes:
+            got_q, got_k = apply_rope_axes(qi, ki, pos.cuda(), spec, format=fmt, inplace=inplace)
+        else:
+            got_q, got_k = call(qi, ki, positions=pos.cuda(), inplace=inplace)
+        assert got_k is not None and (got_q is qi) == inplace and (got_k is ki) == inplace
+        torch.testing.assert_close(got_q.cpu().double(), want_q, rtol=0, atol=2e-6)
+        torch.testing.assert_close(got_k.cpu().double(), want_k, rtol=0, atol=2e-6)
+
+
+@cuda
 def test_rotary_decoding_with_equal_axes_on_cuda() -> None:
     """Text tokens while generating: every axis at the same position (the bench found Rotary refusing these on
     CUDA: the equal-axes shortcut handed the multi-axis spec a 1-D row)."""
