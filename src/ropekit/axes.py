@@ -28,8 +28,11 @@ Shapes: A = number of axes, n = number of slots (bands).
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 from typing import Literal
+
+from ropekit.integers import as_int
 
 __all__ = ["SCHEMES", "AxisMap", "Scheme"]
 
@@ -38,7 +41,8 @@ SCHEMES: tuple[str, ...] = ("contiguous", "interleaved", "lta", "explicit")
 
 
 def _is_int(x: object) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
+    """An integer (int, a numpy integer, anything with ``__index__``; not a bool), as across ropekit."""
+    return as_int(x) is not None
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,7 @@ class AxisMap:
             raise ValueError(f"AxisMap.sections must be a sequence of ints, got {self.sections!r}") from None
         if not sec or not all(_is_int(s) and s >= 0 for s in sec):
             raise ValueError(f"AxisMap.sections must be non-negative ints, got {self.sections!r}")
+        sec = tuple(operator.index(s) for s in sec)  # plain ints (numpy ints too): equality, hashing, JSON
         object.__setattr__(self, "sections", sec)
         a = len(names)
         if self.scheme == "explicit":
@@ -125,14 +130,16 @@ class AxisMap:
         """2-D: the first ``n_bands // 2`` slots on axis 0, the rest on axis 1 (RoPE-ViT axial, DINOv3, Qwen ViT)."""
         if not _is_int(n_bands) or n_bands < 2 or n_bands % 2:
             raise ValueError(f"AxisMap.halves needs an even n_bands >= 2, got {n_bands!r}")
-        return cls("contiguous", (n_bands // 2, n_bands // 2), tuple(names))
+        half = operator.index(n_bands) // 2
+        return cls("contiguous", (half, half), tuple(names))
 
     @classmethod
     def even_odd(cls, n_bands: int, names: tuple[str, str] = ("row", "col")) -> AxisMap:
         """2-D: even slots on axis 0, odd slots on axis 1 (Pixtral's native layout, the paper's alternation)."""
         if not _is_int(n_bands) or n_bands < 2 or n_bands % 2:
             raise ValueError(f"AxisMap.even_odd needs an even n_bands >= 2, got {n_bands!r}")
-        return cls("interleaved", (n_bands // 2, n_bands // 2), tuple(names))
+        half = operator.index(n_bands) // 2
+        return cls("interleaved", (half, half), tuple(names))
 
     # ------------------------------------------------------------------ derived
     @property

@@ -25,7 +25,7 @@ import torch
 
 from ropekit.axis_gather import gather_bands as _gather_bands
 from ropekit.axis_memo import _fresh, _stamp
-from ropekit.phases import check_positions, rope_tables
+from ropekit.phases import check_positions, checked_seq_len, rope_tables
 from ropekit.rotation import axis_plan, fastpath
 from ropekit.rotation.apply import (
     FORMATS,
@@ -33,8 +33,10 @@ from ropekit.rotation.apply import (
     _batch_seq,
     apply_rope,
     apply_rope_tables,
+    shape_in,
 )
 from ropekit.rotation.apply import _validate as validate
+from ropekit.rotation.autograd import transforms_active
 from ropekit.rotation.dispatch import device_tables, fused_positions
 from ropekit.spec import RopeSpec
 from ropekit.table_cache import shared_cache
@@ -98,8 +100,10 @@ def axis_tables(
         (cos, sin), each [*P, n] of ``dtype``, times ``spec.attention_factor``.
 
     Raises:
-        ValueError, TypeError: naming the argument (no axes, wrong leading dimension, bad positions).
+        ValueError, TypeError: naming the argument (no axes, wrong leading dimension, bad positions, a ``seq_len``
+            that is neither None nor an int >= 1, also for a static spec, as :func:`ropekit.rope_tables`).
     """
+    seq_len = checked_seq_len(seq_len)  # a traced symbolic length stays symbolic
     pos = check_axis_positions(positions, spec)
     if dtype not in (torch.float32, torch.float64):
         raise ValueError(f"axis_tables dtype must be torch.float32 or torch.float64, got {dtype}")
@@ -116,6 +120,7 @@ def axis_tables(
         and pos.numel()
         and not pos.dtype.is_floating_point
         and not torch.compiler.is_compiling()
+        and not transforms_active()  # the cache gathers read the positions' memory, which torch.func wraps
     ):
         if out_device.type == "cuda":  # one Triton launch reads each band's axis position: no host sync
             got = device_tables(pos.to(out_device), spec)
@@ -169,29 +174,27 @@ def apply_rope_axes(
     need64 = (isinstance(q, torch.Tensor) and q.dtype == torch.float64) or (
         isinstance(k, torch.Tensor) and k.dtype == torch.float64
     )
-    if (
-        not need64
+    # the planned paths call kernels on raw pointers: never traced, not for dual tensors or under torch.func
+    # (apply_rope_tables then rotates those with differentiable PyTorch ops)
+    eager_fast = not torch.compiler.is_compiling() and not transforms_active()
+    planned_ok = (
+        eager_fast
+        and not need64
         and isinstance(spec, RopeSpec)
         and spec.axes is not None
         and isinstance(positions, torch.Tensor)
-        and isinstance(q, torch.Tensor)
-        and q.device.type == "cuda"
-        and not torch.compiler.is_compiling()
-    ):
+    )
+    if planned_ok and isinstance(q, torch.Tensor) and q.device.type == "cuda":
         on_device = _on_device(q, k, positions, spec, format, inplace, backend)
         if on_device is not None:
             return on_device
-    if (
-        not need64
-        and isinstance(spec, RopeSpec)
-        and spec.axes is not None
-        and isinstance(positions, torch.Tensor)
-    ):
+    if planned_ok:
         # a geometry validated before (CPU): one C call reads or blends every token's rows from the cache
         planned = axis_plan.run_planned(q, k, positions, spec, format, inplace, backend)
         if planned is not None:
             return planned
-    memo = _last_call(positions, spec, q, need64)
+    # the memo keeps a NumPy copy of the positions, which torch.func's wrappers cannot give: not under transforms
+    memo = _last_call(positions, spec, q, need64) if eager_fast else None
     if memo is not None:  # the same unchanged positions tensor as the last call: its tables and validated row
         if format not in FORMATS:
             raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
@@ -199,14 +202,14 @@ def apply_rope_axes(
         check_axes_shape(positions, q, format)
         cos, sin = memo[5], memo[6]
     else:
-        cos, sin = _tables_for_call(q, positions, spec, format, need64)
+        cos, sin = _tables_for_call(q, positions, spec, format, need64, remember=eager_fast)
     if cos is None:
         # every axis at the same position (text tokens, every decoding step): exactly plain RoPE at ``sin`` (the
         # positions row), through apply_rope's own 1-D path (its cached rows read in the kernel, its decode plans)
         out = apply_rope(q, k, sin, _one_axis(spec), format=format, inplace=inplace, backend=backend)
     else:
         out = apply_rope_tables(q, k, cos, sin, spec, format=format, inplace=inplace, backend=backend)
-    if memo is None and not need64:
+    if memo is None and planned_ok:
         # the call passed every check (positions above, q and k in the rotation): the next call with this geometry
         # takes the planned path, which checks nothing. Only now: a plan stored before a refused call would let the
         # same bad call through unchecked the next time (a wrong head_dim then read past q's memory).
@@ -259,8 +262,8 @@ def check_axes_shape(positions: torch.Tensor, q: torch.Tensor, fmt: str) -> None
     given format; the message names the multi-axis shapes, as the caller passed them."""
     a = positions.shape[0]
     b, s = _batch_seq(q, fmt)
-    ok = positions.shape in ((a, s), (a, 1, s), (a, b, s)) if fmt != "thd" else positions.shape == (a, s)
-    if not ok:
+    # dim by dim under torch.compile (symbolic sizes: see shape_in)
+    if not shape_in(positions.shape, ((a, s), (a, 1, s), (a, b, s)) if fmt != "thd" else ((a, s),)):
         want = f"({a}, {s})" if fmt == "thd" else f"({a}, {s}) or ({a}, {b}, {s})"
         raise ValueError(
             f"positions must have shape {want} for q of shape {tuple(q.shape)}, got {tuple(positions.shape)}"
@@ -268,10 +271,11 @@ def check_axes_shape(positions: torch.Tensor, q: torch.Tensor, fmt: str) -> None
 
 
 def _tables_for_call(
-    q: torch.Tensor, positions: torch.Tensor, spec: RopeSpec, fmt: str, need64: bool
+    q: torch.Tensor, positions: torch.Tensor, spec: RopeSpec, fmt: str, need64: bool, remember: bool = True
 ) -> tuple[torch.Tensor | None, torch.Tensor]:
-    """Validate an :func:`apply_rope_axes` call's positions and build its tables (remembered in the memo); (None,
-    the positions row) when every axis holds the same positions (the caller then rotates by plain RoPE)."""
+    """Validate an :func:`apply_rope_axes` call's positions and build its tables (remembered in the memo when
+    ``remember``); (None, the positions row) when every axis holds the same positions (the caller then rotates by
+    plain RoPE)."""
     pos = check_axis_positions(positions, spec)
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
@@ -286,7 +290,7 @@ def _tables_for_call(
         cos, sin = None, same
     else:  # integer positions: one gather from the cache apply_rope's 1-D path reads too (inside axis_tables)
         cos, sin = axis_tables(pos, spec, dtype=torch.float64 if need64 else torch.float32, device=q.device)
-    stamp = _stamp(positions)
+    stamp = _stamp(positions) if remember else None
     if stamp is not None:
         _LAST_CALL[0] = (positions, stamp, spec, (q.device, need64), row0, cos, sin)
     return cos, sin
@@ -319,7 +323,7 @@ def equal_axes_row(positions: torch.Tensor, spec: RopeSpec) -> torch.Tensor | No
         return pos[0]
     if pos.numel() == 0 or pos.device.type == "meta" or torch.compiler.is_compiling():
         return None
-    if pos.device.type == "cpu":  # the same comparison in numpy: ~3 us against ~9 for three torch ops
+    if pos.device.type == "cpu" and not transforms_active():  # in numpy: ~3 us against ~9 for three torch ops
         a = pos.numpy()
         return pos[0] if bool((a[1:] == a[:1]).all()) else None
     return pos[0] if bool((pos[1:] == pos[:1]).all()) else None

@@ -66,6 +66,7 @@ class Rotary(nn.Module):
     """
 
     inv_freq: torch.Tensor
+    _on_meta: bool = False  # set per instance in __init__ and _apply (the class default serves old pickles)
 
     def __init__(
         self,
@@ -91,6 +92,9 @@ class Rotary(nn.Module):
         self._cache: TableCache | None = None
         if not spec.dynamic:
             self._cache = TableCache(spec, dev, min(max_seq_len, cache_limit), cache_limit)
+        # on the meta device (its cache has no values): forward's one per-call check (a plain attribute, kept by
+        # _apply), so a q with values is refused before a stored plan reads the cache
+        self._on_meta = dev.type == "meta"
 
     # ------------------------------------------------------------------ cache
     @property
@@ -105,7 +109,21 @@ class Rotary(nn.Module):
         self.inv_freq = self.spec.inv_freq(device=dev)
         if self._cache is not None and self._cache.rows.device != dev:
             self._cache.move(dev)
+        self._on_meta = dev.type == "meta"
         return self
+
+    def _check_meta(self, q: object, positions: object) -> None:
+        """Refuse tables with no values (meta positions, or this module on meta) for a q that has values; before
+        anything is computed or written. A q on meta is shape inference: everything may be on meta then."""
+        if not isinstance(q, torch.Tensor) or q.device.type == "meta":
+            return
+        if isinstance(positions, torch.Tensor) and positions.device.type == "meta":
+            raise ValueError(f"positions are on the meta device (no values) but q is on {q.device}")
+        if self.inv_freq.device.type == "meta":
+            raise ValueError(
+                f"this Rotary is on the meta device (its cos/sin cache has no values) but q is on {q.device}; "
+                "move the module first with .to_empty(device=...) or .to(device)"
+            )
 
     def _tables(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(cos, sin) [*P, n] for checked positions on the module's device; may be read-only cache views."""
@@ -134,16 +152,26 @@ class Rotary(nn.Module):
             from ropekit.axis_tables import check_axis_positions
 
             pos = check_axis_positions(positions, self.spec)
+            self._check_meta_positions(pos)
             cos, sin = cached_axis_tables(self, pos.to(self.inv_freq.device), self.spec)
             return cos.clone(memory_format=torch.contiguous_format), sin.clone(
                 memory_format=torch.contiguous_format
             )
         check_positions(positions)
+        self._check_meta_positions(positions)
         cos, sin = self._tables(positions.to(self.inv_freq.device))
         if cos._base is not None or sin._base is not None:  # row views of the packed cache: contiguous copies
             cos = cos.clone(memory_format=torch.contiguous_format)
             sin = sin.clone(memory_format=torch.contiguous_format)
         return cos, sin
+
+    def _check_meta_positions(self, positions: torch.Tensor) -> None:
+        """:meth:`tables` go on the module's device: meta positions have no values to put anywhere else."""
+        dev = self.inv_freq.device
+        if positions.device.type == "meta" and dev.type != "meta":
+            raise ValueError(
+                f"positions are on the meta device (no values) but this Rotary is on {dev} (its tables go there)"
+            )
 
     # ------------------------------------------------------------------ forward
     def _decode_fast(
@@ -188,6 +216,8 @@ class Rotary(nn.Module):
             (q_rot, k_rot), k_rot None when k is None. float64 q or k are rotated with float64 tables, as by
             :func:`ropekit.apply_rope` (the module's cache holds float32 rows: it serves the other dtypes).
         """
+        if self._on_meta:  # no values in the cache: refused unless q is on meta too (shape inference)
+            self._check_meta(q, positions)
         if (isinstance(q, torch.Tensor) and q.dtype is torch.float64) or (
             isinstance(k, torch.Tensor) and k.dtype is torch.float64
         ):
@@ -203,6 +233,8 @@ class Rotary(nn.Module):
 
             if memo_hit(self, positions) is not None:  # same positions tensor as the last (multi-axis) call
                 return rotary_forward_axes(self, q, k, positions, inplace)
+            if isinstance(positions, torch.Tensor) and positions.is_meta:  # never memoised: seen every call
+                self._check_meta(q, positions)
             same = equal_row_memo(self, positions)
             if same is None:
                 same = equal_axes_row(positions, self.spec)  # all axes equal: exactly the 1-D rotation below
@@ -222,10 +254,16 @@ class Rotary(nn.Module):
         if not isinstance(q, torch.Tensor) or q.dim() != (3 if self.format == "thd" else 4):
             _validate(q, k, positions, self.spec, self.format, inplace, "auto")  # raises the precise error
         _check_positions_shape(positions, q, self.format)
+        if positions.is_meta:  # (a module on meta was checked on entry)
+            self._check_meta(q, positions)
         pos = positions
         if self.format != "thd" and pos.dim() == 2 and pos.shape[0] == 1:
             pos = pos.reshape(-1)
-        cos, sin = self._tables(pos if pos.device == self.inv_freq.device else pos.to(self.inv_freq.device))
+        if pos.device.type == "meta":  # q on meta too (else refused above): meta tables of the right shape
+            cos, sin = _rope_tables(pos, self.spec)
+        else:
+            dev = self.inv_freq.device
+            cos, sin = self._tables(pos if pos.device == dev else pos.to(dev))
         if cos.device != q.device:
             cos, sin = cos.to(q.device), sin.to(q.device)
         out = apply_rope_tables(q, k, cos, sin, self.spec, format=self.format, inplace=inplace)  # validates

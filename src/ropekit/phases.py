@@ -21,12 +21,15 @@ Shapes: P any position shape, n = rotary_dim // 2 bands.
 
 from __future__ import annotations
 
+import ctypes
 import math
+import operator
 
 import torch
 
+from ropekit.integers import INT64_SPAN
 from ropekit.reduction import FLOAT_POSITION_BOUND, band_constants, reduced_turns
-from ropekit.spec import RopeSpec, _frequencies_cpu, check_seq_len
+from ropekit.spec import RopeSpec, _frequencies_cpu, check_seq_len, require_spec
 
 __all__ = ["FLOAT_POSITION_BOUND", "INT_DTYPES", "check_positions", "rope_tables"]
 
@@ -92,35 +95,44 @@ def _constants_eager(spec: RopeSpec, seq_len: int | None) -> tuple[tuple[float, 
     return band_constants(tuple(_frequencies_cpu(spec, seq_len).tolist()))
 
 
-def _plain(value: object) -> object:
-    """A frozen dataclass (the spec, its scaling, its axis map) as ``(class, *init field values)``, recursively.
+#: specs whose constants a trace has read, by ``id``: kept alive for good, so that the id a compiled graph was
+#: specialised on (dynamo's ID_MATCH guard) can never be taken by another object while that graph may run
+_TRACED_SPECS: dict[int, RopeSpec] = {}
 
-    Traced by dynamo: what it hands to the constant-folded :func:`_constants_of_plain` must be plain constants.
-    torch 2.11's dynamo cannot pass a frozen dataclass instance there ("can't reconstruct arbitrary frozen
-    dataclass instances"); classes, numbers, strings, None and tuples of them it can, on every version.
+
+def _traced_constants(spec_id: int, seq_len: int | None) -> tuple[tuple[tuple[float, ...], ...], float]:
+    """(band constants, attention factor) of the spec whose ``id`` is ``spec_id``: constant-folded by dynamo.
+
+    The spec crosses into the folded call as its ``id`` (a Python int that dynamo makes a constant and guards with
+    ID_MATCH), not as its fields: under ``torch.compile(dynamic=True)`` dynamo turns every float it reads from an
+    object (``spec.base``, ``spec.p``, a scaling's factor) into a symbolic graph input, which can be neither
+    folded nor passed on as a constant; and torch 2.11's dynamo cannot hand the frozen dataclass itself to a
+    folded function ("can't reconstruct arbitrary frozen dataclass instances"). The spec object is alive while its
+    frame is traced (the traced code holds it), so its id names it; it is then kept in :data:`_TRACED_SPECS`.
+    Called for real (not folded) by non-dynamo tracers (``torch.export`` non-strict), with the same result.
     """
-    if hasattr(value, "__dataclass_fields__"):
-        cls = type(value)
-        return (cls, *(_plain(getattr(value, name)) for name in cls.__match_args__))  # type: ignore[attr-defined]
-    return value
-
-
-def _from_plain(value: object) -> object:
-    if isinstance(value, tuple) and value and isinstance(value[0], type):
-        return value[0](*(_from_plain(v) for v in value[1:]))
-    return value
-
-
-def _constants_of_plain(plain_spec: object, seq_len: int | None) -> tuple[tuple[float, ...], ...]:
-    spec = _from_plain(plain_spec)
-    assert isinstance(spec, RopeSpec)
-    return _constants_eager(spec, seq_len)
+    spec = _TRACED_SPECS.get(spec_id)
+    if spec is None:
+        obj = ctypes.cast(spec_id, ctypes.py_object).value  # the live object of that id (see above)
+        if not isinstance(obj, RopeSpec):
+            raise TypeError(f"spec must be a ropekit.RopeSpec, got {type(obj).__name__}")
+        spec = _TRACED_SPECS[spec_id] = obj
+    return _constants_eager(spec, seq_len), spec.attention_factor
 
 
 # Marked as dynamo's ``assume_constant_result`` does (it only sets this attribute), without importing
 # torch._dynamo: that import costs ~1.2 s and `import ropekit` must stay cheap. Under torch.compile the constants
 # are then traced as a constant of (spec, seq_len), not as data-dependent Python.
-_constants_of_plain._dynamo_marked_constant = True  # type: ignore[attr-defined]
+_traced_constants._dynamo_marked_constant = True  # type: ignore[attr-defined]
+
+
+def _traced_seq_len(spec: RopeSpec, seq_len: int | None) -> int | None:
+    """The ``seq_len`` a traced call folds its constants at: None for a static spec (its frequencies do not depend
+    on it, so a symbolic length stays symbolic), else the length as a Python int (``operator.index`` specialises a
+    symbolic one: a dynamic spec's frequencies are a function of its value, one graph per length)."""
+    if seq_len is None or not spec.dynamic:
+        return None
+    return operator.index(seq_len)
 
 
 _CONST_TENSORS: dict[tuple[object, ...], torch.Tensor] = {}
@@ -129,7 +141,8 @@ _CONST_TENSORS: dict[tuple[object, ...], torch.Tensor] = {}
 def band_constant_tensor(spec: RopeSpec, seq_len: int | None, device: torch.device) -> torch.Tensor:
     """[7, n] float64 constants of :func:`ropekit.reduction.reduced_turns` for ``spec`` on ``device``."""
     if torch.compiler.is_compiling():
-        return torch.tensor(_constants_of_plain(_plain(spec), seq_len), dtype=torch.float64, device=device)
+        consts = _traced_constants(id(spec), _traced_seq_len(spec, seq_len))[0]
+        return torch.tensor(consts, dtype=torch.float64, device=device)
     key = (spec, seq_len, device)
     t = _CONST_TENSORS.get(key)
     if t is None:
@@ -181,10 +194,10 @@ def rope_tables(
         float32 tables of integer positions of a static spec are read from a cache shared per spec and device
         (:func:`ropekit.table_cache.shared_cache`), bit-identical to computing them.
     """
-    seq_len = check_seq_len(seq_len)
-    if (
-        isinstance(spec, RopeSpec) and spec.axes is not None
-    ):  # multi-axis spec: positions [n_axes, *P], band j at its axis's position
+    spec = require_spec(spec)
+    seq_len = checked_seq_len(seq_len)
+    _check_meta_device(positions, device)
+    if spec.axes is not None:  # multi-axis spec: positions [n_axes, *P], band j at its axis's position
         from ropekit.axis_tables import axis_tables
 
         return axis_tables(positions, spec, seq_len=seq_len, dtype=dtype, device=device)
@@ -214,6 +227,27 @@ def rope_tables(
     return _rope_tables(positions, spec, seq_len=seq_len, dtype=dtype, device=device)
 
 
+def checked_seq_len(seq_len: object) -> int | None:
+    """:func:`ropekit.spec.check_seq_len`, keeping a traced symbolic length symbolic (``seq_len=q.shape[1]``
+    under torch.compile): dynamo reports a SymInt's type as int, so check_seq_len's SymInt test misses it and
+    specialises it (a graph per length, though a static spec never reads it). A valid int is returned as it is;
+    anything else gets check_seq_len's error."""
+    if (type(seq_len) is int or isinstance(seq_len, torch.SymInt)) and 1 <= seq_len <= INT64_SPAN:
+        return seq_len  # type: ignore[return-value]  # a SymInt stands for an int in traced code
+    return check_seq_len(seq_len)
+
+
+def _check_meta_device(positions: object, device: torch.device | str | None) -> None:
+    """Meta positions have no values: their tables can only be meta tables (``device=None`` or a meta device)."""
+    if not isinstance(positions, torch.Tensor) or positions.device.type != "meta" or device is None:
+        return
+    if torch.device(device).type != "meta":
+        raise ValueError(
+            f"positions are on the meta device (no values) but device={device!r} asks for tables on "
+            f"{torch.device(device)}; pass positions with values, or device='meta' for shape-only tables"
+        )
+
+
 def _rope_tables(
     positions: torch.Tensor,
     spec: RopeSpec,
@@ -227,6 +261,7 @@ def _rope_tables(
         raise ValueError(f"rope_tables dtype must be torch.float32 or torch.float64, got {dtype}")
     out_device = torch.device(device) if device is not None else positions.device
     n = spec.n_bands
+    _check_meta_device(positions, device)  # never meta tables for another device
     if out_device.type == "meta" or positions.device.type == "meta":
         shape = (*positions.shape, n)
         return (
@@ -242,10 +277,11 @@ def _rope_tables(
         seq_len = int(positions.max().item()) + 1
     work = _compute_device(out_device)
     consts = band_constant_tensor(spec, seq_len, work)
-    factor = spec.attention_factor
+    # traced: the folded constant, never a float read from the spec (a symbolic input under dynamic=True)
+    factor = _traced_constants(id(spec), None)[1] if torch.compiler.is_compiling() else spec.attention_factor
     with torch.autocast(device_type=work.type, enabled=False):
         pos = positions.to(work)
-        if pos.dtype in _INT_DTYPES and pos.numel() > _UNIQUE_THRESHOLD and not torch.compiler.is_compiling():
+        if not torch.compiler.is_compiling() and pos.dtype in _INT_DTYPES and pos.numel() > _UNIQUE_THRESHOLD:
             uniq, inverse = torch.unique(pos, return_inverse=True)
             cos, sin = _tables_from_positions(uniq, consts, factor, dtype)
             cos, sin = cos[inverse], sin[inverse]

@@ -21,7 +21,8 @@ import math
 from typing import Any
 
 from ropekit.axes import AxisMap
-from ropekit.spec import RopeSpec
+from ropekit.integers import as_int, as_real, past_float64, shown
+from ropekit.spec import _MAX_HEAD_DIM, RopeSpec
 
 __all__ = [
     "VL_PRESETS",
@@ -39,18 +40,27 @@ __all__ = [
 ]
 
 
-def _check_head_dim(head_dim: int, multiple: int, who: str) -> None:
-    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim <= 0 or head_dim % multiple:
-        raise ValueError(f"{who}: head_dim must be a positive multiple of {multiple}, got {head_dim!r}")
+def _check_head_dim(head_dim: object, multiple: int, who: str) -> int:
+    """``head_dim`` as a Python int (numpy integers too, not a bool) when it is a positive multiple of ``multiple``
+    (at most RopeSpec's largest head_dim)."""
+    hd = as_int(head_dim)
+    if hd is None or not 0 < hd <= _MAX_HEAD_DIM or hd % multiple:
+        big = " (at most 2**31 - 2)" if hd is not None and hd > _MAX_HEAD_DIM else ""
+        raise ValueError(
+            f"{who}: head_dim must be a positive multiple of {multiple}{big}, got {shown(head_dim)}"
+        )
+    return hd
 
 
 def _check_base(base: object, who: str) -> float:
     """The vision builders form their tables from ``base`` themselves (``freqs=``), so RopeSpec's own check of
     ``base`` never sees it: refuse here what it refuses (1 would make every frequency 1, a negative base complex
-    powers, 0 a division by zero, nan / inf non-finite tables)."""
-    if isinstance(base, bool) or not isinstance(base, (int, float)) or not (math.isfinite(base) and base > 1):
-        raise ValueError(f"{who}: base must be a finite number > 1, got {base!r}")
-    return float(base)
+    powers, 0 a division by zero, nan / inf non-finite tables, an int past the float64 range). Real numbers of any
+    kind (numpy floats too) are accepted, as RopeSpec accepts them, and returned as a Python float."""
+    b = as_real(base)
+    if b is None or b <= 1:
+        raise ValueError(f"{who}: base must be a finite number > 1{past_float64(base)}, got {shown(base)}")
+    return b
 
 
 def _quarter_freqs(head_dim: int, base: float, scale: float = 1.0) -> tuple[float, ...]:
@@ -99,17 +109,48 @@ def ernie_vl_spec(
 def videorope_spec(
     head_dim: int = 128, base: float = 1_000_000.0, sections: tuple[int, int, int] = (16, 24, 24)
 ) -> RopeSpec:
-    """VideoRoPE (Wei et al. 2025) low-frequency temporal allocation from a Qwen2-VL ``[t, h, w]`` section."""
-    t, h, w = sections
-    return RopeSpec(
-        head_dim=head_dim, base=base, layout="half", axes=AxisMap.lta((t, (h + w) // 2, (h + w) // 2))
-    )
+    """VideoRoPE (Wei et al. 2025) low-frequency temporal allocation from a Qwen2-VL ``[t, h, w]`` section.
+
+    VideoRoPE's code (``Wiselnn570/VideoRoPE``, ``apply_m_modify_multimodal_rotary_pos_emb``) merges the section to
+    ``[t, h + w]``, alternates h (even slots) and w (odd slots) over the first ``h + w`` slots and gives t the
+    ``t`` lowest frequencies: ``[16, 24, 24]`` is ``HW`` x 24 then ``T`` x 16. Only equal h and w sections mean
+    what they say there, so ``sections`` must have ``h == w`` and sum to ``head_dim / 2`` (every slot rotates);
+    anything else is refused rather than re-split.
+
+    Raises:
+        ValueError: naming ``sections`` and the value given when it is not three non-negative ints, h != w, or
+            the sum is not head_dim / 2; naming the field for a bad ``head_dim`` or ``base`` (as RopeSpec).
+    """
+    hd = _check_head_dim(head_dim, 2, "videorope_spec")
+    try:
+        given = [as_int(s) for s in sections]
+    except TypeError:  # not iterable
+        given = []
+    sec = [s for s in given if s is not None and s >= 0]
+    if len(given) != 3 or len(sec) != 3:
+        raise ValueError(
+            f"videorope_spec: sections must be three non-negative ints [t, h, w] (a Qwen2-VL mrope_section), "
+            f"got {sections!r}"
+        )
+    t, h, w = sec
+    if h != w:
+        raise ValueError(
+            f"videorope_spec: sections={sections!r} has h={h} != w={w}; VideoRoPE alternates h and w over the "
+            "h + w high-frequency slots (h even, w odd), so it cannot give them different counts: pass equal h "
+            "and w (e.g. (16, 24, 24))"
+        )
+    if t + h + w != hd // 2:
+        raise ValueError(
+            f"videorope_spec: sections={sections!r} sums to {t + h + w} but head_dim={hd} has {hd // 2} rotary "
+            "slots; the sections must sum to head_dim / 2"
+        )
+    return RopeSpec(head_dim=hd, base=base, layout="half", axes=AxisMap.lta((t, h, w)))
 
 
 # ---------------------------------------------------------------------- 2-D vision towers (row/col, x/y)
 def qwen_vit_spec(head_dim: int = 80, base: float = 10_000.0) -> RopeSpec:
     """Qwen2/2.5/3-VL vision tower: ``theta_k = base^(-4k/D)`` on rows then columns, half-split."""
-    _check_head_dim(head_dim, 4, "qwen_vit_spec")
+    head_dim = _check_head_dim(head_dim, 4, "qwen_vit_spec")
     base = _check_base(base, "qwen_vit_spec")
     return RopeSpec(
         head_dim=head_dim,
@@ -122,7 +163,7 @@ def qwen_vit_spec(head_dim: int = 80, base: float = 10_000.0) -> RopeSpec:
 def pixtral_spec(head_dim: int = 64, base: float = 10_000.0) -> RopeSpec:
     """Pixtral vision tower (HF layout): slot i < D/4 is the row at ``theta_{2i}``, slot D/4 + i the column at
     ``theta_{2i+1}`` with ``theta_k = base^(-2k/D)``; half-split. Positions: (row, col) of each patch."""
-    _check_head_dim(head_dim, 4, "pixtral_spec")
+    head_dim = _check_head_dim(head_dim, 4, "pixtral_spec")
     base = _check_base(base, "pixtral_spec")
     n = head_dim // 2
     theta = [float(base) ** (-2.0 * k / head_dim) for k in range(n)]
@@ -137,7 +178,7 @@ def pixtral_spec(head_dim: int = 64, base: float = 10_000.0) -> RopeSpec:
 def llama4_vision_spec(head_dim: int = 88, base: float = 10_000.0) -> RopeSpec:
     """Llama 4 vision encoder: x block then y block, ``theta_k = base^(-4k/D)``, complex (interleaved) pairs.
     Positions are 1-based (``x + 1``, ``y + 1``); the class token sits at 0 on both axes (identity)."""
-    _check_head_dim(head_dim, 4, "llama4_vision_spec")
+    head_dim = _check_head_dim(head_dim, 4, "llama4_vision_spec")
     base = _check_base(base, "llama4_vision_spec")
     return RopeSpec(
         head_dim=head_dim,
@@ -149,7 +190,7 @@ def llama4_vision_spec(head_dim: int = 88, base: float = 10_000.0) -> RopeSpec:
 
 def rope_vit_axial_spec(head_dim: int = 64, base: float = 100.0) -> RopeSpec:
     """RoPE-ViT axial (Heo et al. 2024): x block then y block, ``theta_k = 100^(-4k/D)``, complex pairs."""
-    _check_head_dim(head_dim, 4, "rope_vit_axial_spec")
+    head_dim = _check_head_dim(head_dim, 4, "rope_vit_axial_spec")
     base = _check_base(base, "rope_vit_axial_spec")
     return RopeSpec(
         head_dim=head_dim,
@@ -162,7 +203,7 @@ def rope_vit_axial_spec(head_dim: int = 64, base: float = 100.0) -> RopeSpec:
 def dinov3_spec(head_dim: int = 64, base: float = 100.0) -> RopeSpec:
     """DINOv3: angle ``2*pi * coord / period`` with period ``base^(4k/D)``; rows then columns; half-split.
     Positions are normalised coordinates in [-1, 1] (:func:`ropekit.positions.grid.normalized_grid`)."""
-    _check_head_dim(head_dim, 4, "dinov3_spec")
+    head_dim = _check_head_dim(head_dim, 4, "dinov3_spec")
     base = _check_base(base, "dinov3_spec")
     return RopeSpec(
         head_dim=head_dim,
@@ -183,10 +224,14 @@ def axial_spec(
     """N-D axial RoPE (e.g. video: frames x rows x cols): axis a owns ``sections[a]`` consecutive bands with
     ``theta_k = base^(-k / sections[a])``, k < sections[a] -- RoPE-ViT's per-axis table generalised to any number
     of axes and any split (``sections=(D/4, D/4)`` is :func:`rope_vit_axial_spec`)."""
-    _check_head_dim(head_dim, 2, "axial_spec")
+    head_dim = _check_head_dim(head_dim, 2, "axial_spec")
     base = _check_base(base, "axial_spec")
-    sec = tuple(sections)
-    if sum(sec) != head_dim // 2 or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in sec):
+    try:
+        given = [as_int(x) for x in sections]
+    except TypeError:  # not iterable
+        given = [None]
+    sec = tuple(x for x in given if x is not None and x >= 1)  # numpy integers too, as Python ints
+    if len(sec) != len(given) or sum(sec) != head_dim // 2:
         raise ValueError(
             f"axial_spec: sections must be positive ints summing to head_dim/2={head_dim // 2}, got {sections!r}"
         )

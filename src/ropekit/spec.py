@@ -20,14 +20,18 @@ from __future__ import annotations
 
 import functools
 import math
-import operator
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
+import numpy as np
 import torch
 
 from ropekit.axes import AxisMap
+from ropekit.integers import INT64_SPAN, as_int, as_real, past_float64, shown
 from ropekit.scaling import Scaling
+from ropekit.scaling.base import MAX_DIM
 
 __all__ = ["LAYOUTS", "Layout", "RopeSpec"]
 
@@ -36,31 +40,80 @@ LAYOUTS: tuple[str, ...] = ("half", "interleaved")
 _DEFAULT_BASE = 10_000.0
 
 
-def _is_int(x: object) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
+def check_seq_len(seq_len: object, name: str = "seq_len", *, optional: bool = True) -> int | None:
+    """None (when ``optional``), or a sequence length: an integer in [1, 2**63] (bool refused; integer-likes such
+    as numpy ints and 0-d integer tensors accepted, returned as a Python int).
 
+    Dynamic phase maps read it; a float, 0 or a negative length would silently mean "unscaled". Positions are
+    int64, so a length (the largest position + 1) above 2**63 is refused too.
 
-def check_seq_len(seq_len: object, name: str = "seq_len") -> int | None:
-    """None, or a sequence length: an integer >= 1 (bool refused; integer-likes such as numpy ints accepted).
-
-    Dynamic phase maps read it; a float, 0 or a negative length would silently mean "unscaled"."""
-    if seq_len is None or isinstance(
-        seq_len, torch.SymInt
-    ):  # traced: a symbolic length, checked by its guards
+    Raises:
+        TypeError: not an integer (bool, float, str, ...), naming ``name`` and the value.
+        ValueError: an integer < 1 or > 2**63, naming ``name`` and the value.
+    """
+    if seq_len is None and optional:
+        return None
+    if isinstance(seq_len, torch.SymInt):  # traced: a symbolic length, checked by its guards
         return seq_len  # type: ignore[return-value]
-    if isinstance(seq_len, bool):
-        raise TypeError(f"{name} must be an int >= 1 (a sequence length) or None, got {seq_len!r}")
-    try:
-        n = operator.index(seq_len)  # type: ignore[arg-type]
-    except TypeError:
-        raise TypeError(f"{name} must be an int >= 1 (a sequence length) or None, got {seq_len!r}") from None
+    want = f"{name} must be an int >= 1 (a sequence length){' or None' if optional else ''}"
+    n = as_int(seq_len)
+    if n is None:
+        raise TypeError(f"{want}, got {shown(seq_len)}")
     if n < 1:
-        raise ValueError(f"{name} must be an int >= 1 (a sequence length) or None, got {seq_len!r}")
+        raise ValueError(f"{want}, got {shown(seq_len)}")
+    if n > INT64_SPAN:
+        raise ValueError(
+            f"{name} must be an int in [1, 2**63] (a sequence length: positions are int64), got {shown(seq_len)}"
+        )
     return n
 
 
-def _is_real(x: object) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
+#: largest head_dim (and so rotary_dim) a spec accepts
+_MAX_HEAD_DIM = MAX_DIM
+
+
+def _scalar(v: object) -> object:
+    """A 0-d real tensor entry as its Python number (a list of such tensors is a table); anything else as it is."""
+    if isinstance(v, torch.Tensor) and v.dim() == 0 and not (v.dtype.is_complex or v.dtype == torch.bool):
+        return v.item()
+    return v
+
+
+def _freq_table(freqs: object, n: int) -> tuple[float, ...]:
+    """``RopeSpec.freqs`` as a tuple of n finite floats >= 0: an ordered sequence (list, tuple, 1-D numpy array or
+    tensor) of real numbers; sets (no order), mappings (their keys), strings and bool entries are refused."""
+    head = "RopeSpec.freqs must be an ordered sequence (list, tuple, 1-D array or tensor) of real numbers"
+    if isinstance(freqs, (torch.Tensor, np.ndarray)):
+        dt = str(freqs.dtype)
+        if freqs.ndim != 1 or "bool" in dt or "complex" in dt:
+            raise ValueError(f"{head}, got a {tuple(freqs.shape)} {type(freqs).__name__} of {dt}")
+        entries: list[object] = freqs.tolist()
+    elif isinstance(freqs, Sequence) and not isinstance(freqs, (str, bytes, bytearray)):
+        entries = [_scalar(v) for v in freqs]
+    else:
+        kind = (
+            "a set (no order: its iteration order is not the band order)"
+            if isinstance(freqs, AbstractSet)
+            else "a mapping (its keys are not a frequency table)"
+            if isinstance(freqs, Mapping)
+            else f"a {type(freqs).__name__}"
+        )
+        raise ValueError(f"{head}, got {kind}: {shown(freqs, 80)}")  # noqa: TRY004 - field errors: ValueError
+    table: list[float] = []
+    for i, v in enumerate(entries):
+        x = as_real(v)
+        if x is None or x < 0.0:
+            what = "a bool" if isinstance(v, (bool, np.bool_)) else shown(v)
+            raise ValueError(
+                f"RopeSpec.freqs entries must be finite real numbers >= 0 (not bools){past_float64(v)}, got {what} "
+                f"at index {i} of {shown(freqs, 80)}"
+            )
+        table.append(x)
+    if len(table) != n:
+        raise ValueError(
+            f"RopeSpec.freqs must have rotary_dim/2 = {n} entries, got {len(table)}: {tuple(table)!r}"
+        )
+    return tuple(table)
 
 
 @dataclass(frozen=True)
@@ -102,52 +155,44 @@ class RopeSpec:
     axes: AxisMap | None = field(default=None, repr=False)  # repr below: a 1-D spec prints as before
 
     def __post_init__(self) -> None:
-        hd = self.head_dim
-        if not _is_int(hd) or hd <= 0 or hd % 2:
-            raise ValueError(f"RopeSpec.head_dim must be a positive even integer, got {hd!r}")
-        rd = hd if self.rotary_dim is None else self.rotary_dim
-        if not _is_int(rd) or rd <= 0 or rd % 2 or rd > hd:
+        hd = as_int(self.head_dim)
+        if hd is None or not 0 < hd <= _MAX_HEAD_DIM or hd % 2:
+            big = " (at most 2**31 - 2)" if hd is not None and hd > _MAX_HEAD_DIM else ""
+            raise ValueError(
+                f"RopeSpec.head_dim must be a positive even integer{big}, got {shown(self.head_dim)}"
+            )
+        object.__setattr__(self, "head_dim", hd)
+        rd = hd if self.rotary_dim is None else as_int(self.rotary_dim)
+        if rd is None or rd <= 0 or rd % 2 or rd > hd:
             raise ValueError(
                 f"RopeSpec.rotary_dim must be an even integer in [2, head_dim={hd}] (or None), "
-                f"got {self.rotary_dim!r}"
+                f"got {shown(self.rotary_dim)}"
             )
         object.__setattr__(self, "rotary_dim", rd)
-        b = self.base
-        if not _is_real(b) or not math.isfinite(b) or b <= 1.0:
-            raise ValueError(f"RopeSpec.base must be a finite number > 1, got {b!r}")
-        object.__setattr__(self, "base", float(b))
+        b = as_real(self.base)
+        if b is None or b <= 1.0:
+            raise ValueError(
+                f"RopeSpec.base must be a finite number > 1{past_float64(self.base)}, got {shown(self.base)}"
+            )
+        object.__setattr__(self, "base", b)
         if self.layout not in LAYOUTS:
             raise ValueError(f"RopeSpec.layout must be one of {LAYOUTS}, got {self.layout!r}")
         if self.freqs is not None:
-            if isinstance(self.freqs, (str, bytes)):  # a str is a sequence of characters, not of numbers
-                raise ValueError(f"RopeSpec.freqs must be a sequence of numbers, got {self.freqs!r}")
-            try:
-                table = tuple(float(f) for f in self.freqs)
-            except (TypeError, ValueError):
-                raise ValueError(
-                    f"RopeSpec.freqs must be a sequence of numbers, got {self.freqs!r}"
-                ) from None
-            if len(table) != rd // 2:
-                raise ValueError(
-                    f"RopeSpec.freqs must have rotary_dim/2 = {rd // 2} entries, got {len(table)}: {table!r}"
-                )
-            bad = [f for f in table if not math.isfinite(f) or f < 0.0]
-            if bad:
-                raise ValueError(
-                    f"RopeSpec.freqs entries must be finite and >= 0, got {bad[0]!r} in {table!r}"
-                )
+            table = _freq_table(self.freqs, rd // 2)
             if self.base != _DEFAULT_BASE:
                 raise ValueError(
                     f"RopeSpec.base={self.base!r} has no effect when freqs is given; leave base at its default"
                 )
             object.__setattr__(self, "freqs", table)
-        pp = self.p
-        if not _is_real(pp) or not math.isfinite(pp) or not 0.0 < pp <= 1.0:
-            raise ValueError(f"RopeSpec.p must be a number in (0, 1], got {pp!r}")
-        object.__setattr__(self, "p", float(pp))
-        if _kept_bands(float(pp), rd // 2) == 0:
+        pp = as_real(self.p)
+        if pp is None or not 0.0 < pp <= 1.0:
             raise ValueError(
-                f"RopeSpec.p={pp!r} keeps floor(p * {rd // 2}) = 0 of the {rd // 2} bands; use p >= {1 / (rd // 2):.6g}"
+                f"RopeSpec.p must be a number in (0, 1]{past_float64(self.p)}, got {shown(self.p)}"
+            )
+        object.__setattr__(self, "p", pp)
+        if _kept_bands(pp, rd // 2) == 0:
+            raise ValueError(
+                f"RopeSpec.p={shown(self.p)} keeps floor(p * {rd // 2}) = 0 of the {rd // 2} bands; use p >= {1 / (rd // 2):.6g}"
             )
         if self.scaling is not None:
             if not isinstance(self.scaling, Scaling):
@@ -256,8 +301,8 @@ class RopeSpec:
         See :func:`ropekit.cache.rerotate_keys`.
 
         Raises:
-            TypeError: a length is not an int (bool included).
-            ValueError: a length is < 1 (lengths are sequence lengths).
+            TypeError: a length is not an integer (bool and float included; numpy integers are lengths).
+            ValueError: a length is < 1 or > 2**63 (lengths are sequence lengths).
         """
         from ropekit.cache import keys_stale
 
@@ -279,7 +324,9 @@ class RopeSpec:
         Raises:
             ValueError: naming the key and value (missing/unknown/null keys, out-of-range values, a non-integer
                 ``head_dim`` or ``max_position_embeddings``, unknown ``layer_types`` entries, ``layer_type=`` for a
-                config with one set of RoPE parameters, ...); ``strict`` not a bool.
+                config with one set of RoPE parameters, a top-level key that is a near-miss of a RoPE key such as
+                ``rope_scalling``, with a did-you-mean hint, ...); ``strict`` not a bool. With ``strict=False``
+                what transformers accepts (unknown or misspelt keys included) is a warning instead.
         """
         from ropekit.hf.config import spec_from_hf
 

@@ -26,12 +26,15 @@ from collections.abc import Callable
 
 import torch
 
-from ropekit.phases import _rope_tables, _tables_from_positions, band_constant_tensor
+from ropekit.phases import INT_DTYPES, _rope_tables, _tables_from_positions, band_constant_tensor
 from ropekit.spec import RopeSpec
 
 __all__ = ["SHARED_LIMIT", "TableCache", "is_row_view", "shared_cache", "shared_tables"]
 
 _SLICE_MIN = 64  # below this many positions a gather is as cheap as checking for a consecutive run
+#: the largest value of each integer positions dtype: a run first .. first + N - 1 past it is not a run of values
+#: (uint8 200..255, 0..7 wraps exactly as an arange in that dtype would, so comparing with one proves nothing)
+_INT_MAX = {dt: int(torch.iinfo(dt).max) for dt in INT_DTYPES}
 
 
 class TableCache:
@@ -106,7 +109,9 @@ class TableCache:
         if flat.numel() >= _SLICE_MIN:
             first = int(flat[0])
             end = first + flat.numel()
-            if 0 <= first and end <= rows.shape[0]:
+            # end - 1 must fit the positions' dtype: else the arange below wraps like the positions do and a
+            # wrapped run (uint8 200..255, 0..7) would pass as first .. end - 1 (it is gathered instead)
+            if 0 <= first and end <= rows.shape[0] and end - 1 <= _INT_MAX.get(flat.dtype, -1):
                 run = torch.arange(first, end, dtype=flat.dtype, device=flat.device)
                 if torch.equal(flat, run):
                     out = rows.narrow(0, first, end - first)

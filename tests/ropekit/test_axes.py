@@ -125,3 +125,17 @@ def test_axial_nd_spec() -> None:
     assert video.freqs[4:8] == tuple(100.0 ** (-k / 4) for k in range(4))  # type: ignore[index]
     with pytest.raises(ValueError, match="summing to head_dim/2=12"):
         axial_spec(24, (4, 4, 3))
+
+
+def test_numpy_integers_are_ints_as_across_ropekit() -> None:
+    """NumPy ints (from a config parsed with numpy, or array arithmetic) build the same map as Python ints, stored as
+    plain ints (equality, hashing and JSON unchanged); bools stay refused."""
+    np = pytest.importorskip("numpy")
+    a = AxisMap.contiguous([np.int64(16), np.int32(24), np.int64(24)])
+    assert a == AxisMap.contiguous((16, 24, 24)) and hash(a) == hash(AxisMap.contiguous((16, 24, 24)))
+    assert all(type(s) is int for s in a.sections)
+    assert "".join("THW"[s] for s in a.slots) == "T" * 16 + "H" * 24 + "W" * 24  # multiaxis.md 1.1
+    assert AxisMap.halves(np.int64(32)) == AxisMap.halves(32)
+    assert AxisMap.even_odd(np.int16(8)) == AxisMap.even_odd(8)
+    with pytest.raises(ValueError, match="non-negative ints"):
+        AxisMap.contiguous([True, 2, 3])

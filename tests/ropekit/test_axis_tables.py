@@ -224,3 +224,48 @@ def test_scaled_specs_equal_axes_bit_identical_to_one_d(scaling) -> None:
     assert torch.equal(cos, c1) and torch.equal(sin, s1)
     if spec.attention_factor != 1.0:
         assert float(cos.abs().max()) > 1.0  # the factor is applied
+
+
+@pytest.mark.parametrize(
+    ("bad", "err"),
+    [
+        ("5", TypeError),
+        (-3, ValueError),
+        (0, ValueError),
+        (2.5, TypeError),
+        (True, TypeError),
+        (2**63 + 1, ValueError),
+    ],
+)
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_axis_tables_validates_seq_len_as_rope_tables_does(
+    bad: object, err: type[Exception], dynamic: bool
+) -> None:
+    """A static spec used to ignore any seq_len ('5', -3, 2.5 accepted); rope_tables refuses them. The oracle is
+    rope_tables' own refusal of the same value for the same spec (one rule for both entry points)."""
+    from ropekit.scaling import DynamicNTK
+
+    scaling = DynamicNTK(2.0, 4) if dynamic else None
+    spec = dataclasses.replace(qwen2_vl_spec(16, sections=(2, 3, 3)), scaling=scaling)
+    pos = torch.zeros(3, 4, dtype=torch.long)
+    with pytest.raises(err) as want:
+        rope_tables(pos, spec, seq_len=bad)  # type: ignore[arg-type]
+    with pytest.raises(err) as got:
+        axis_tables(pos, spec, seq_len=bad)  # type: ignore[arg-type]
+    assert (
+        str(got.value) == str(want.value) and "seq_len" in str(got.value) and repr(bad)[:8] in str(got.value)
+    )
+
+
+def test_axis_tables_takes_integer_like_seq_len() -> None:
+    """Positive control: a numpy length is a length (the same tables as the int, oracle: the 1-D tables of the
+    spec without axes at the common position, as every axis holds the same position)."""
+    import numpy as np
+
+    from ropekit.scaling import DynamicNTK
+
+    spec = dataclasses.replace(qwen2_vl_spec(16, sections=(2, 3, 3)), scaling=DynamicNTK(2.0, 4))
+    pos = torch.arange(6).expand(3, 6)
+    got = axis_tables(pos, spec, seq_len=np.int64(40), dtype=torch.float64)
+    want = rope_tables(torch.arange(6), dataclasses.replace(spec, axes=None), seq_len=40, dtype=torch.float64)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])

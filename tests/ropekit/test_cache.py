@@ -238,7 +238,8 @@ BAD_LENGTHS = [
     (16.5, TypeError, r"must be an int >= 1 \(a sequence length\), got 16\.5"),
     (16.0, TypeError, r"must be an int >= 1 \(a sequence length\), got 16\.0"),
     (True, TypeError, r"must be an int >= 1 \(a sequence length\), got True"),
-    (torch.tensor(16), TypeError, r"must be an int >= 1 \(a sequence length\), got tensor\(16\)"),
+    (torch.tensor(16.0), TypeError, r"must be an int >= 1 \(a sequence length\), got tensor\(16\.\)"),
+    ("16", TypeError, r"must be an int >= 1 \(a sequence length\), got '16'"),
 ]
 
 
@@ -351,3 +352,70 @@ def test_out_of_place_always_returns_a_tensor_of_its_own() -> None:
         assert out.data_ptr() != k.data_ptr()
         if not spec.keys_stale(*lens):
             assert torch.equal(out, k)
+
+
+# ---------------------------------------------------------------- exact phases at any int64 position
+
+
+@pytest.mark.parametrize(
+    ("from_len", "to_len", "positions"),
+    [
+        (
+            2**62 + 2**61,
+            2**62 + 2**61 + 2**40,
+            [2**60, 2**60 + 100, 2**62 + 12345, 2**53 + 1, 2**62 + 2**61 - 1, 7, 0],
+        ),
+        # lengths far apart: theta_new - theta_old is not exact in float64 (its rounding times p ~ 2**58 is 1e-13)
+        (2**58, 2**62, [2**58 - 1, 2**57 + 12345, 2**53 + 1, 7]),
+    ],
+)
+def test_rerotation_is_exact_at_int64_positions_past_2_53(
+    from_len: int, to_len: int, positions: list[int]
+) -> None:
+    """Oracle (mpmath, 60 digits, shares no code with ropekit): band i of a key at position p turns by
+    p * theta_new_i - p * theta_old_i (mod 2 pi), theta the spec's float64 frequencies at each length. Positions past
+    2**53 used to be rounded to float64 first (2**60 and 2**60 + 100 re-rotated identically, 0.0116 rad apart) and
+    the angle formed from the float64 difference theta_new - theta_old (its rounding times p is a large angle)."""
+    import mpmath
+
+    mpmath.mp.dps = 60
+    spec = RopeSpec(16, scaling=DynamicNTK(2.0, 64))
+    assert spec.keys_stale(from_len, to_len)
+    old, new = spec.frequencies(from_len).tolist(), spec.frequencies(to_len).tolist()
+    k = torch.randn(1, len(positions), 2, 16, dtype=torch.float64)
+    got = rerotate_keys(k.clone(), torch.tensor(positions), spec, from_len=from_len, to_len=to_len)
+    n, two_pi = 8, 2 * mpmath.pi
+    want = torch.empty_like(k)
+    for s, p in enumerate(positions):
+        for i in range(n):
+            a = mpmath.mpf(p) * (mpmath.mpf(new[i]) - mpmath.mpf(old[i]))
+            a -= two_pi * mpmath.nint(a / two_pi)
+            c, sn = float(mpmath.cos(a)), float(mpmath.sin(a))
+            x, y = k[0, s, :, i], k[0, s, :, i + n]
+            want[0, s, :, i], want[0, s, :, i + n] = x * c - y * sn, y * c + x * sn
+    assert (got - want).abs().max().item() < 2e-14
+    if positions[1] == positions[0] + 100:
+        assert (got[0, 0] - got[0, 1]).abs().max() > 1e-3  # 2**60 and 2**60 + 100 are different positions
+
+
+def test_meta_positions_for_real_keys_are_refused_naming_positions() -> None:
+    """It used to fail inside torch (NotImplementedError: Cannot copy out of meta tensor)."""
+    _refused(
+        _keys(),
+        ValueError,
+        r"^positions are on the meta device \(no values\) but k is on cpu",
+        torch.arange(S, device="meta"),
+        LR,
+        from_len=L0,
+        to_len=L0 + 1,
+    )
+
+
+@pytest.mark.parametrize("inplace", [True, False])
+def test_meta_keys_give_meta_keys_of_the_same_shape(inplace: bool) -> None:
+    """Keys of a model built on meta: nothing to compute; the result is a meta tensor of k's shape (k itself in
+    place), as rope_tables on meta (it used to fail in torch.autocast: 'unsupported scalarType')."""
+    k = torch.empty(1, S, 2, 16, dtype=torch.float64, device="meta")
+    for pos in (torch.arange(S, device="meta"), torch.arange(S)):
+        out = rerotate_keys(k, pos, LR, from_len=L0, to_len=L0 + 1, inplace=inplace)
+        assert out.device.type == "meta" and out.shape == k.shape and (out is k) == inplace

@@ -221,3 +221,183 @@ def test_dinov3_training_augmentations_compile_fullgraph_with_the_seeded_draws(b
     eager.eval(), traced.eval()
     torch.testing.assert_close(rotate(q, k)[0], eager(q, k, grid=(2, 3))[0], rtol=0, atol=0)
     torch.testing.assert_close(coords()[:, 1:], plain, rtol=0, atol=0)
+
+
+# ---------------------------------------------------------------- dynamic shapes (training trial F1, F2, F3)
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_public_callable_compiles_with_dynamic_true(name: str) -> None:
+    """``torch.compile(dynamic=True)``: every float dynamo reads from an object becomes a symbolic input, so the
+    spec's floats (base, p, a scaling's factor) reached the constant-folded phase constants as SymFloats and every
+    entry point failed ("Unsupported hasattr call" in phases._plain). Oracle: the eager call."""
+    fn = EXAMPLES[name]
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, fullgraph=True, dynamic=True, backend="eager")
+    for shift in (0, 1):
+        want, got = _flat(fn(shift)), _flat(compiled(shift))
+        assert len(want) == len(got) > 0
+        for a, b in zip(want, got, strict=True):
+            torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-6)
+
+
+def _rand(*shape: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=_g(sum(shape)))
+
+
+def _pos3_of(q: torch.Tensor) -> torch.Tensor:
+    """[3, b, s] positions built in the graph from q's (dynamic) sequence length."""
+    t = torch.arange(q.shape[1])
+    return torch.stack([t, t // 2, t % 3])[:, None, :].expand(3, q.shape[0], q.shape[1])
+
+
+def _readme_attention_layer() -> torch.nn.Module:
+    from tests.ropekit.rotation.test_compile import _readme_attention
+
+    torch.manual_seed(0)
+    return _readme_attention()(dim=32, n_heads=4, n_kv_heads=2, spec=S)
+
+
+_ATTENTION = _readme_attention_layer()
+_ROTARY_BHSD = ropekit.Rotary(S, format="bhsd")
+
+#: name -> (inputs for a sequence length n, the call): one compiled function must serve every length
+BY_LENGTH: dict[str, tuple[Callable[[int], tuple[Any, ...]], Callable[..., Any]]] = {
+    "apply_rope": (
+        lambda n: (_rand(2, n, 4, 16), _rand(2, n, 2, 16)),
+        lambda q, k: ropekit.apply_rope(q, k, torch.arange(q.shape[1]), S),
+    ),
+    "apply_rope_tables": (
+        lambda n: (_rand(2, n, 4, 16), _rand(2, n, 2, 16)),
+        lambda q, k: ropekit.apply_rope_tables(q, k, *ropekit.rope_tables(torch.arange(q.shape[1]), S), S),
+    ),
+    "apply_rope_axes": (
+        lambda n: (_rand(2, n, 4, 16), _rand(2, n, 2, 16)),
+        lambda q, k: ropekit.apply_rope_axes(q, k, _pos3_of(q), M),
+    ),
+    "apply_rope_varlen": (
+        lambda n: (_rand(n, 4, 16), torch.tensor([0, 2, n])),
+        lambda q, cu: ropekit.apply_rope_varlen(q, None, cu, S, offsets=torch.tensor([3, 9])),
+    ),
+    "axis_tables": (lambda n: (_rand(2, n, 4, 16),), lambda q: ropekit.axis_tables(_pos3_of(q), M)),
+    "rope_tables": (lambda n: (torch.arange(n) * 3,), lambda p: ropekit.rope_tables(p, S)),
+    "positions_from_cu_seqlens": (
+        lambda n: (_rand(n, 4, 16), torch.tensor([0, 2, n])),
+        lambda q, cu: ropekit.positions_from_cu_seqlens(cu, total=q.shape[0]),
+    ),
+    "positions_from_mask": (
+        lambda n: ((torch.arange(n)[None] >= torch.tensor([[1], [0]])).long(),),
+        ropekit.positions_from_mask,
+    ),
+    "positions_with_offset": (
+        lambda n: (_rand(2, n, 4, 16),),
+        lambda q: (
+            ropekit.positions_with_offset(q.shape[1], 7),
+            ropekit.positions_with_offset(q.shape[1], torch.tensor([3, 7])),
+        ),
+    ),
+    "rope_cache_write": (lambda n: (_rand(2, n, 2, 16),), lambda k: _cache_write_n(k)),
+    "rope_paged_cache_write": (
+        lambda n: (_rand(n, 2, 16), _rand(n, 4, 16)),
+        lambda k, q: _paged_write_n(k, q),
+    ),
+    "Rotary": (
+        lambda n: (_rand(2, n, 4, 16), _rand(2, n, 2, 16)),
+        lambda q, k: (
+            _ROTARY(q, k, positions=torch.arange(q.shape[1])),
+            _ROTARY_AXES(q, k, positions=_pos3_of(q)),
+            _ROTARY_BHSD(q.transpose(1, 2), k.transpose(1, 2), positions=torch.arange(q.shape[1])),
+        ),
+    ),
+    "MixedRotary": (
+        lambda n: (_rand(2, n, 4, 16),),
+        lambda q: _MIXED(
+            q, q, positions=torch.stack([torch.arange(q.shape[1]) * 0.5, torch.arange(q.shape[1]) * 1.0])
+        ),
+    ),
+    # the README's attention layer (Rotary inside), variable-length batches as in training
+    "README Attention": (lambda n: (_rand(2, n, 32),), lambda x: _ATTENTION(x, torch.arange(x.shape[1]))),
+}
+#: public callables whose sequence length is not a tensor dimension
+NOT_BY_LENGTH = {
+    "DinoV3Rotary": "its token count comes from grid=(h, w), Python ints: a new grid is a new graph"
+}
+
+
+def _cache_write_n(k: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    ck, cv = torch.zeros(2, 2, 32, 16), torch.zeros(2, 2, 32, 16)
+    ropekit.rope_cache_write(k, k, ck, cv, torch.tensor([1, 3]), S)
+    return ck, cv
+
+
+def _paged_write_n(k: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    ck, cv = torch.zeros(4, 4, 2, 16), torch.zeros(4, 4, 2, 16)
+    slots = torch.arange(k.shape[0]) + 1
+    q = q.clone()
+    ropekit.rope_paged_cache_write(k, k, ck, cv, slots, S, positions=torch.arange(k.shape[0]) + 7, q=q)
+    return ck, cv, q
+
+
+def test_every_public_callable_has_a_variable_length_example() -> None:
+    assert set(BY_LENGTH) - {"README Attention"} | set(NOT_BY_LENGTH) == set(EXAMPLES)
+
+
+#: known gaps outside this test's files, reported to their owners
+_LENGTH_XFAIL = {
+    "rope_cache_write": "kv_cache_checks._check_offsets formats the new-token count into its device-assert "
+    "message, which specialises the symbolic length (one graph per length)",
+}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=_LENGTH_XFAIL[n]))
+        if n in _LENGTH_XFAIL
+        else n
+        for n in sorted(BY_LENGTH)
+    ],
+)
+def test_one_graph_serves_every_sequence_length(name: str) -> None:
+    """A training loop changes the sequence length every batch. With fullgraph=True the second length failed in
+    apply_rope_tables' table-shape check (symbolic sizes compared with ``in``: Rotary, rope_tables +
+    apply_rope_tables, apply_rope_axes, the README attention layer; F1), and apply_rope_varlen /
+    positions_with_offset(q.shape[1]) specialised the length in ``check_int`` (one graph per length, then the
+    recompile limit; F3). Ten lengths: at most two graphs (the first static, then one dynamic), eager values."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    make, fn = BY_LENGTH[name]
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("eager")
+    compiled = torch.compile(fn, fullgraph=True, backend=counter)
+    with torch.no_grad():
+        for n in range(5, 15):
+            args = make(n)
+            want, got = _flat(fn(*args)), _flat(compiled(*args))
+            assert len(want) == len(got) > 0
+            for a, b in zip(want, got, strict=True):
+                torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-6)
+    assert counter.frame_count <= 2, f"{counter.frame_count} graphs for 10 lengths"
+
+
+@pytest.mark.parametrize("entry", ["README Attention", "Rotary", "apply_rope_tables"])
+def test_training_steps_at_changing_lengths_one_graph_eager_gradients(entry: str) -> None:
+    """Forward and backward (aot_eager: the custom ops' autograd rules) at ten sequence lengths, fullgraph: at most
+    two graphs, and the gradients of every input and parameter equal eager autograd's."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    make, fn = BY_LENGTH[entry]
+    params = list(_ATTENTION.parameters()) if entry == "README Attention" else []
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("aot_eager")
+    compiled = torch.compile(fn, fullgraph=True, backend=counter)
+    for n in range(5, 15):
+        args = [a.requires_grad_() for a in make(n)]
+        grads = []
+        for f in (fn, compiled):
+            out = _flat(f(*args))
+            loss = sum((o * torch.linspace(-1, 1, o.numel()).view(o.shape)).sum() for o in out)
+            grads.append(torch.autograd.grad(loss, [*args, *params]))
+        for a, b in zip(*grads, strict=True):
+            torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
+    assert counter.frame_count <= 2, f"{counter.frame_count} graphs for 10 lengths"

@@ -191,3 +191,146 @@ def test_tables_of_a_multi_axis_spec_are_per_token() -> None:
 def axes_slots(spec: RopeSpec) -> list[int]:
     assert spec.axes is not None
     return list(spec.axes.slots)
+
+
+# ---------------------------------------------------------------- a module or positions on meta, q with values
+def _run(code: str) -> dict[str, object]:
+    """Run ``code`` in a fresh interpreter (a crash there must not take the test run with it); its last stdout
+    line is JSON."""
+    import json
+    import subprocess
+    import sys
+    import textwrap
+    from pathlib import Path
+
+    r = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        check=False,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).resolve().parents[2],  # the repository root: `tests.oracles` imports from there
+    )
+    assert r.returncode == 0, f"the process died (rc {r.returncode}): {r.stderr[-2000:]}"
+    return json.loads(r.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("how", ["built_on_meta", "moved_to_meta"])
+def test_module_on_meta_refuses_q_with_values_on_every_call(how: str) -> None:
+    """A Rotary on meta called with CPU tensors after a CPU call left a decode plan for its spec and geometry (the
+    plan used to run on the meta cache rows: SIGSEGV): a ValueError naming meta and to_empty, on every call, in
+    place or not, nothing written; meta q still works; after to_empty the module rotates correctly (oracle: the
+    float64 reference)."""
+    got = _run(
+        f"""
+        import json, torch, ropekit
+        from tests.oracles import reference_rope
+        spec = ropekit.RopeSpec(head_dim=8)
+        q, k, pos = torch.randn(2, 5, 2, 8), torch.randn(2, 5, 1, 8), torch.arange(5)
+        with torch.no_grad():
+            for _ in range(2):  # an ordinary CPU module with this spec: leaves a decode plan, then uses it
+                ropekit.Rotary(spec)(q.clone(), k.clone(), positions=pos, inplace=True)
+                ropekit.Rotary(spec)(q.clone(), k.clone(), positions=pos)
+        if {how!r} == "built_on_meta":
+            with torch.device("meta"):
+                rot = ropekit.Rotary(spec)
+        else:
+            rot = ropekit.Rotary(spec)
+            rot(q.clone(), k.clone(), positions=pos)
+            rot.to("meta")
+        q0, k0 = q.clone(), k.clone()
+        errors = []
+        with torch.no_grad():
+            for inplace in (True, False, True):
+                for kk in (k, None):
+                    try:
+                        rot(q, kk, positions=pos, inplace=inplace)
+                    except ValueError as e:
+                        errors.append(str(e))
+        unchanged = torch.equal(q, q0) and torch.equal(k, k0)
+        meta_out = rot(q.to("meta"), k.to("meta"), positions=pos)
+        meta_ok = meta_out[0].is_meta and meta_out[0].shape == q.shape and meta_out[1].shape == k.shape
+        rot.to_empty(device="cpu")
+        qo, ko = rot(q, k, positions=pos)
+        err = max((qo.double() - reference_rope(q, pos, spec)).abs().max().item(),
+                  (ko.double() - reference_rope(k, pos, spec)).abs().max().item())
+        print(json.dumps({{"errors": errors, "unchanged": unchanged, "meta_ok": meta_ok, "err": err}}))
+        """
+    )
+    errors = got["errors"]
+    assert isinstance(errors, list) and len(errors) == 6
+    for e in errors:
+        assert "Rotary is on the meta device" in e and "q is on cpu" in e and "to_empty" in e
+    assert got["unchanged"] is True and got["meta_ok"] is True
+    assert got["err"] < 1e-6  # type: ignore[operator]
+
+
+def test_module_on_meta_refuses_float64_and_multi_axis_calls_too() -> None:
+    """The refusal does not depend on the path the call would take (float64 q, a multi-axis spec)."""
+    from ropekit import AxisMap
+
+    with torch.device("meta"):
+        rot = Rotary(RopeSpec(head_dim=8))
+        rot_axes = Rotary(RopeSpec(head_dim=16, axes=AxisMap.contiguous((4, 2, 2))))
+    with pytest.raises(ValueError, match="Rotary is on the meta device .* q is on cpu"):
+        rot(torch.randn(1, 3, 1, 8, dtype=torch.float64), positions=torch.arange(3))
+    pos = torch.stack([torch.arange(3), torch.arange(3) * 2, torch.arange(3)])
+    for _ in range(2):  # the second call with the same positions tensor would find a memo
+        with pytest.raises(ValueError, match="Rotary is on the meta device .* q is on cpu"):
+            rot_axes(torch.randn(1, 3, 1, 16), positions=pos)
+
+
+META_POS = r"positions are on the meta device \(no values\)"
+
+
+def test_meta_positions_with_q_on_cpu_are_refused_before_anything_is_written() -> None:
+    """forward (1-D and multi-axis) and tables with meta positions: the ValueError apply_rope gives, not torch's
+    NotImplementedError (a user trial); q is not written; the module keeps working (oracle: the float64
+    reference)."""
+    from ropekit import AxisMap
+
+    rot = Rotary(SPEC)
+    q = torch.randn(2, 5, 4, 32)
+    q0 = q.clone()
+    meta = torch.arange(5, device="meta")
+    with torch.no_grad():
+        rot(q.clone(), positions=torch.arange(5), inplace=True)  # leaves a plan for this geometry
+        for _ in range(2):
+            with pytest.raises(ValueError, match=META_POS + " but q is on cpu"):
+                rot(q, positions=meta, inplace=True)
+    assert torch.equal(q, q0)
+    with pytest.raises(ValueError, match=META_POS + " but this Rotary is on cpu"):
+        rot.tables(meta)
+    out, _ = rot(q, positions=torch.arange(5))
+    torch.testing.assert_close(out.double(), reference_rope(q, torch.arange(5), SPEC), rtol=0, atol=1e-5)
+    spec = RopeSpec(head_dim=16, axes=AxisMap.contiguous((4, 2, 2)))
+    rot_axes = Rotary(spec)
+    pos = torch.stack([torch.arange(3), torch.arange(3) * 2, torch.arange(3)]).to("meta")
+    with pytest.raises(ValueError, match=META_POS + " but q is on cpu"):
+        rot_axes(torch.randn(1, 3, 1, 16), positions=pos)
+    with pytest.raises(ValueError, match=META_POS + " but this Rotary is on cpu"):
+        rot_axes.tables(pos)
+
+
+def test_meta_positions_with_meta_q_give_meta_outputs() -> None:
+    """Shape inference: meta q with meta positions works on a CPU module and on a meta module (1-D and
+    multi-axis), and a meta module's tables are meta."""
+    from ropekit import AxisMap
+
+    q, k = torch.empty(2, 5, 4, 32, device="meta"), torch.empty(2, 5, 2, 32, device="meta")
+    meta = torch.arange(5, device="meta")
+    with torch.device("meta"):
+        on_meta = Rotary(SPEC)
+    for rot in (Rotary(SPEC), on_meta):
+        for pos in (meta, torch.arange(5)):
+            qo, ko = rot(q, k, positions=pos)
+            assert qo.is_meta and qo.shape == q.shape
+            assert ko is not None and ko.is_meta and ko.shape == k.shape
+    cos, sin = on_meta.tables(meta)
+    assert cos.is_meta and cos.shape == sin.shape == (5, 12)
+    spec = RopeSpec(head_dim=16, axes=AxisMap.contiguous((4, 2, 2)))
+    with torch.device("meta"):
+        rot_axes = Rotary(spec)
+    pos3 = torch.stack([torch.arange(3)] * 3).to("meta")
+    out, _ = rot_axes(torch.empty(1, 3, 1, 16, device="meta"), positions=pos3)
+    assert out.is_meta and out.shape == (1, 3, 1, 16)

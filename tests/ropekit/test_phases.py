@@ -3,11 +3,12 @@
 
 torch 2.11's dynamo cannot hand a frozen dataclass instance to a constant-folded function ("can't reconstruct
 arbitrary frozen dataclass instances"), so every compiled call of apply_rope, Rotary, rope_tables, ... failed there
-(seen on the GPU machine's torch 2.11, twelfth session). The spec now crosses as plain constants and is rebuilt on
-the other side. These tests enumerate every spec a user can reach (every preset and layer type, every scaling class
-including subclasses defined outside ropekit.scaling, a multi-axis spec, explicit frequencies): the plain form holds
-only classes, numbers, strings, None and tuples, it rebuilds an equal spec, and the traced tables equal the eager
-ones bit for bit. CI runs torch 2.13; the same tests passed under torch 2.11 on the CPU (see docs/kernels.md).
+(seen on the GPU machine's torch 2.11, twelfth session). The spec then crossed as its fields; but under
+``torch.compile(dynamic=True)`` dynamo reads every float field (base, p, a scaling's factor) as a symbolic input,
+which cannot be folded, and every entry point failed (training trial F2). The spec now crosses as its ``id`` (a
+constant) and is looked up on the other side. These tests enumerate every spec a user can reach (every preset and
+layer type, every scaling class including subclasses defined outside ropekit.scaling, a multi-axis spec, explicit
+frequencies): the traced tables equal the eager ones bit for bit, with static and with dynamic shapes.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import torch
 
 from ropekit import AxisMap, RopeSpec
 from ropekit.hf.cast import BufferFrequencies
-from ropekit.phases import _from_plain, _plain, rope_tables
+from ropekit.phases import rope_tables
 from ropekit.presets import PRESETS
 from ropekit.scaling import NTK, DynamicNTK, LongRope, Scaling
 
@@ -57,13 +58,6 @@ def _specs() -> dict[str, RopeSpec]:
 
 
 SPECS = _specs()
-_PLAIN_TYPES = (int, float, str, bool, type(None))
-
-
-def _only_plain(value: object) -> bool:
-    if isinstance(value, tuple):
-        return all(isinstance(v, type) or _only_plain(v) for v in value)
-    return isinstance(value, _PLAIN_TYPES)
 
 
 def test_every_scaling_class_is_enumerated() -> None:
@@ -73,19 +67,11 @@ def test_every_scaling_class_is_enumerated() -> None:
     assert any(s.axes is not None for s in SPECS.values())
 
 
+@pytest.mark.parametrize("dynamic", [False, True])
 @pytest.mark.parametrize("name", SPECS)
-def test_plain_form_holds_only_constants_and_rebuilds_an_equal_spec(name: str) -> None:
-    spec = SPECS[name]
-    plain = _plain(spec)
-    assert _only_plain(plain), plain
-    rebuilt = _from_plain(plain)
-    assert type(rebuilt) is RopeSpec and rebuilt == spec
-    assert type(rebuilt.scaling) is type(spec.scaling)
-    assert rebuilt.axes == spec.axes and rebuilt.attention_factor == spec.attention_factor
-
-
-@pytest.mark.parametrize("name", SPECS)
-def test_traced_tables_equal_eager_tables(name: str) -> None:
+def test_traced_tables_equal_eager_tables(name: str, dynamic: bool) -> None:
+    """dynamic=True: every float field of the spec would be a symbolic input if the trace read it (it failed with
+    "Unsupported hasattr call" on a SymFloat); the tables must still be the eager ones."""
     spec = SPECS[name]
     torch._dynamo.reset()
     row = torch.tensor([0, 1, 7, 100, 4095, 2**40])
@@ -95,7 +81,7 @@ def test_traced_tables_equal_eager_tables(name: str) -> None:
         positions = torch.stack([row // (a + 1) for a in range(len(spec.axes.names))])
     seq_len = 8192 if spec.dynamic else None
     fn = torch.compile(
-        lambda p: rope_tables(p, spec, seq_len=seq_len), fullgraph=True, backend="eager", dynamic=False
+        lambda p: rope_tables(p, spec, seq_len=seq_len), fullgraph=True, backend="eager", dynamic=dynamic
     )
     cos, sin = fn(positions)
     cos_e, sin_e = rope_tables(positions, spec, seq_len=seq_len)
@@ -124,3 +110,71 @@ def test_seq_len_must_be_a_length(bad: object, err: type[Exception]) -> None:
     np = pytest.importorskip("numpy")
     assert torch.equal(spec.frequencies(np.int64(40)), spec.frequencies(40))
     assert not torch.equal(spec.frequencies(40), spec.frequencies(10))  # scaled past 10: the length is read
+
+
+@pytest.mark.parametrize("bad", [None, {"head_dim": 8}, "llama"], ids=["None", "dict", "str"])
+def test_rope_tables_spec_must_be_a_spec(bad: object) -> None:
+    """A wrong spec is a TypeError naming spec and what was given (a user trial got AttributeError 'dynamic')."""
+    with pytest.raises(TypeError, match=rf"spec must be a ropekit.RopeSpec, got {type(bad).__name__}"):
+        rope_tables(torch.arange(3), bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.float64, torch.float32])
+@pytest.mark.parametrize("device", ["cpu", torch.device("cpu")])
+def test_rope_tables_refuses_meta_positions_for_tables_elsewhere(dtype: torch.dtype, device: object) -> None:
+    """Meta positions have no values: device='cpu' is refused with a ValueError (int positions used to fail in torch
+    with 'Cannot copy out of meta tensor', float positions silently returned meta tables, ignoring device=)."""
+    meta = torch.arange(5, device="meta").to(dtype)
+    for spec in (RopeSpec(head_dim=8), SPECS["mrope-interleaved"]):
+        pos = meta if spec.axes is None else torch.stack([meta] * 3)
+        with pytest.raises(ValueError, match="positions are on the meta device \\(no values\\) but device="):
+            rope_tables(pos, spec, device=device)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.float64])
+def test_rope_tables_meta_positions_give_meta_tables_of_the_right_shape(dtype: torch.dtype) -> None:
+    """Shape-only use stays: meta positions with device None or meta, and values with device='meta'."""
+    spec = RopeSpec(head_dim=8)
+    for pos, device in (
+        (torch.arange(5, device="meta").to(dtype), None),
+        (torch.arange(5, device="meta").to(dtype), "meta"),
+        (torch.arange(5).to(dtype), "meta"),
+    ):
+        cos, sin = rope_tables(pos, spec, device=device)
+        assert cos.is_meta and sin.is_meta and cos.shape == sin.shape == (5, 4)
+
+
+def test_traced_constants_follow_the_spec_object_passed() -> None:
+    """The constants are folded per spec object (its id, guarded): another spec, equal or not, passed to the same
+    compiled function gets its own constants, with static and dynamic shapes. Oracle: eager tables."""
+    specs = [RopeSpec(16, base=1e4), RopeSpec(16, base=5e5), RopeSpec(16, base=1e4), SPECS["ntk-factor"]]
+    for dynamic in (False, True):
+        torch._dynamo.reset()
+        fn = torch.compile(lambda p, s: rope_tables(p, s), fullgraph=True, backend="eager", dynamic=dynamic)
+        for spec in specs + specs[::-1]:
+            p = torch.arange(5) * 1000
+            for got, want in zip(fn(p, spec), rope_tables(p, spec), strict=True):
+                torch.testing.assert_close(got[..., : want.shape[-1]], want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dynamic", [None, True])  # None: automatic dynamic shapes from the second length on
+@pytest.mark.parametrize("name", ["dynamic", "ntk-factor"])
+def test_traced_seq_len_from_a_dynamic_shape(name: str, dynamic: bool | None) -> None:
+    """seq_len = positions.shape[0], a symbolic size: a dynamic spec folds its constants at the length's value (a
+    new length, a new graph: its frequencies change), a static spec ignores it (at most two graphs: the first
+    length static, then one dynamic graph)."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    spec, most = SPECS[name], (99 if SPECS[name].dynamic else 2)
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("eager")
+
+    def tables(p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return rope_tables(p, spec, seq_len=p.shape[0])
+
+    fn = torch.compile(tables, fullgraph=True, backend=counter, dynamic=dynamic)
+    for n in (5, 40, 70, 130, 131):
+        p = torch.arange(n)
+        for got, want in zip(fn(p), rope_tables(p, spec, seq_len=n), strict=True):
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert counter.frame_count <= most

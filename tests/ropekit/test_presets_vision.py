@@ -120,3 +120,70 @@ def test_vision_builders_refuse_a_base_ropespec_refuses(builder: str, base: obje
     ):
         _BUILDERS[builder](base)
     _BUILDERS[builder](1.0 + 1e-9)  # just above 1: accepted, as by RopeSpec
+
+
+def _videorope_slots(sections: tuple[int, int, int]) -> str:
+    """The slot letters of VideoRoPE's own code (Wiselnn570/VideoRoPE, modeling_videorope.py,
+    ``apply_m_modify_multimodal_rotary_pos_emb``), re-derived from it for one half of the head: the section
+    ``[t, h, w]`` becomes ``[t, h + w]``, doubled and reversed (``[h + w, t, h + w, t]``); in each half the first
+    h + w slots alternate rows 1 (h, even j) and 2 (w, odd j), the last t slots take row 0 (t)."""
+    merged = [sections[0], sections[1] + sections[2]] * 2
+    letters = ""
+    for i, count in enumerate(merged[::-1][:2]):  # one half: [h + w, t]
+        letters += "".join("HW"[j % 2] for j in range(count)) if i % 2 == 0 else "T" * count
+    return letters
+
+
+@pytest.mark.parametrize(("head_dim", "sections"), [(128, (16, 24, 24)), (64, (8, 12, 12)), (16, (2, 3, 3))])
+def test_videorope_spec_is_videoropes_own_slot_map(head_dim: int, sections: tuple[int, int, int]) -> None:
+    from ropekit.presets_vl import videorope_spec
+
+    assert videorope_spec(head_dim, sections=sections).axes.letters() == _videorope_slots(sections)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("sections", "why"),
+    [
+        ((16, 24, 25), r"has h=24 != w=25"),  # sums to 65: used to lose a slot silently, (16, 24, 24)
+        ((16, 20, 28), r"has h=20 != w=28"),  # used to become (16, 24, 24) silently
+        ((16, 23, 24), r"has h=23 != w=24"),  # used to name sections (16, 23, 23), never passed
+        ((16, 24, 24, 0), r"must be three non-negative ints"),
+        ((16, 20, 20), r"sums to 56 but head_dim=128 has 64 rotary slots"),
+        ((16.0, 24, 24), r"must be three non-negative ints"),
+    ],
+)
+def test_videorope_spec_refuses_sections_it_would_have_to_change(sections: tuple[int, ...], why: str) -> None:
+    """VideoRoPE alternates h and w over h + w slots, so unequal h and w cannot be honoured (the oracle,
+    ``_videorope_slots``, gives h and w the same count whatever the split); a sum other than head_dim / 2 leaves
+    slots without an axis. Both are refused naming ``sections`` and the value given, before any spec is built."""
+    from ropekit.presets_vl import videorope_spec
+
+    if len(sections) == 3 and all(isinstance(s, int) for s in sections):
+        letters = _videorope_slots(sections)  # type: ignore[arg-type]
+        assert (letters.count("H"), letters.count("W")) != sections[1:] or sum(sections) != 64
+    with pytest.raises(ValueError, match=rf"^videorope_spec: sections.*{why}") as err:
+        videorope_spec(sections=sections)  # type: ignore[arg-type]
+    assert repr(sections) in str(err.value)  # the value the caller gave, not a re-split one
+
+
+@pytest.mark.parametrize("builder", sorted(_BUILDERS))
+def test_vision_builders_take_numpy_numbers_as_ropespec_does(builder: str) -> None:
+    """RopeSpec(np.int64(64), base=np.float32(100)) is accepted (ropekit.integers' one rule); the builders refused
+    a numpy head_dim or base ('must be a positive multiple of 4' for np.int64(64)). The spec equals the one from
+    Python numbers, whose frequency table is the family formula (oracle: theta_k = base^(-4k/D) of the 2-D halves,
+    checked on qwen_vit)."""
+    import numpy as np
+
+    got = _BUILDERS[builder](np.float32(100.0))
+    assert got == _BUILDERS[builder](100.0)
+    for hd in (np.int64(64), np.int32(64)):
+        assert qwen_vit_spec(hd, base=np.float64(100.0)) == qwen_vit_spec(64, base=100.0)  # type: ignore[arg-type]
+    assert (
+        list(qwen_vit_spec(np.int64(64), base=np.float32(100.0)).freqs or ())
+        == [  # type: ignore[arg-type]
+            100.0 ** (-4.0 * k / 64) for k in range(16)
+        ]
+        * 2
+    )
+    with pytest.raises(ValueError, match=r"head_dim must be a positive multiple of 4, got np.int64\(62\)"):
+        qwen_vit_spec(np.int64(62))  # type: ignore[arg-type]

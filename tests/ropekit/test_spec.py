@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
+import numpy as np
 import pytest
 import torch
 
@@ -122,3 +124,111 @@ def test_frequencies_built_under_meta_device_context_stay_real() -> None:
     with torch.device("meta"):
         t = RopeSpec(64, base=123_456.0).inv_freq()
     assert t.device.type == "cpu" and torch.isfinite(t).all()
+
+
+def _theta(base: float, rotary_dim: int) -> list[float]:
+    """Oracle: theta_i = base^(-2i / rotary_dim) in Python float64 arithmetic (the seed's formula)."""
+    return [base ** (-2.0 * i / rotary_dim) for i in range(rotary_dim // 2)]
+
+
+@pytest.mark.parametrize(
+    ("kw", "field", "shown"),
+    [
+        ({"base": 10**400}, "base", "10000000...0000 (401 digits)"),
+        ({"base": -(10**400)}, "base", "-10000000...0000 (401 digits)"),
+        ({"p": 10**400}, "p", "10000000...0000 (401 digits)"),
+        ({"freqs": (1.0, 10**400, 0.01, 0.001)}, "freqs", "10000000...0000 (401 digits) at index 1"),
+    ],
+)
+def test_huge_ints_are_refused_naming_the_field_and_range(
+    kw: dict[str, object], field: str, shown: str
+) -> None:
+    """A 400-digit int is beyond float64 (the oracle: float() overflows on it); it used to escape as a bare
+    OverflowError from math.isfinite, a 400-digit message at best. Now a ValueError names the field, the accepted
+    range and the value, shortened."""
+    with pytest.raises(OverflowError):
+        float(10**400)
+    with pytest.raises(
+        ValueError, match=rf"^RopeSpec\.{field} .*beyond the float64 range.*{re.escape(shown)}"
+    ) as e:
+        RopeSpec(8, **kw)  # type: ignore[arg-type]
+    assert len(str(e.value)) < 250
+
+
+def test_huge_head_dim_is_refused_naming_the_bound() -> None:
+    with pytest.raises(
+        ValueError,
+        match=r"^RopeSpec\.head_dim must be a positive even integer \(at most 2\*\*31 - 2\), got 10000000\.\.\.0000 \(401 digits\)$",
+    ):
+        RopeSpec(10**400)
+    assert RopeSpec(2**20).n_bands == 2**19  # a large but real head: accepted
+
+
+@pytest.mark.parametrize(
+    ("freqs", "what"),
+    [
+        ({0.001, 1.0, 0.1, 0.01}, "a set"),  # used to become the hash order (0.1, 1.0, 0.01, 0.001)
+        (frozenset({0.001, 1.0, 0.1, 0.01}), "a set"),
+        ({1.0: "a", 0.1: "b", 0.01: "c", 0.001: "d"}, "a mapping"),  # used to become its keys
+        ("1234", "a str"),
+        (iter([1.0, 0.1, 0.01, 0.001]), "a list_iterator"),
+    ],
+)
+def test_freqs_refuses_unordered_containers_and_mappings(freqs: object, what: str) -> None:
+    with pytest.raises(ValueError, match=rf"^RopeSpec\.freqs must be an ordered sequence .*got {what}"):
+        RopeSpec(8, freqs=freqs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("flag", [True, False, np.bool_(True)])
+def test_freqs_refuses_bool_entries(flag: object) -> None:
+    """True used to be read as the frequency 1.0 (LongRope refuses bools in its factor lists)."""
+    with pytest.raises(
+        ValueError,
+        match=r"^RopeSpec\.freqs entries must be finite real numbers >= 0 \(not bools\), got a bool at index 0",
+    ):
+        RopeSpec(8, freqs=(flag, 0.1, 0.01, 0.001))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "table",
+    [
+        [1.0, 0.1, 0.01, 0.001],
+        (1, 0.1, 0.01, 0.001),
+        np.array([1.0, 0.1, 0.01, 0.001]),
+        torch.tensor([1.0, 0.1, 0.01, 0.001], dtype=torch.float64),
+        [np.float64(1.0), np.float32(0.5), np.int64(0), torch.tensor(0.25, dtype=torch.float64)],
+    ],
+    ids=["list", "tuple-with-int", "numpy", "tensor", "numpy-and-0d-scalars"],
+)
+def test_freqs_accepts_ordered_sequences_of_reals_in_order(table: object) -> None:
+    """Oracle: the entries in the order given, as Python floats (the float64 values of each entry)."""
+    want = tuple(
+        float(v)
+        for v in (table.tolist() if hasattr(table, "tolist") and not isinstance(table, list) else table)
+    )  # type: ignore[union-attr]
+    spec = RopeSpec(8, freqs=table)  # type: ignore[arg-type]
+    assert spec.freqs == want and all(type(v) is float for v in spec.freqs)
+    assert spec.frequencies().tolist() == list(want)
+    assert spec == RopeSpec(8, freqs=want) and hash(spec) == hash(RopeSpec(8, freqs=want))
+
+
+def test_numpy_scalars_make_the_same_spec_as_python_numbers() -> None:
+    """One rule across ropekit (ropekit.integers): numpy ints are ints, numpy floats are reals. The fields hold Python
+    numbers, so the spec equals (and hashes as) the one built from Python numbers, and its frequencies are the
+    formula's (oracle: Python float64 arithmetic)."""
+    got = RopeSpec(np.int64(128), base=np.float32(10_000.0), rotary_dim=np.int32(64))  # type: ignore[arg-type]
+    want = RopeSpec(128, base=10_000.0, rotary_dim=64)
+    assert got == want and hash(got) == hash(want) and repr(got) == repr(want)
+    assert [type(getattr(got, f)) for f in ("head_dim", "base", "rotary_dim", "p")] == [
+        int,
+        float,
+        int,
+        float,
+    ]
+    assert got.frequencies().tolist() == _theta(10_000.0, 64)
+    assert got.to_hf() == want.to_hf()
+    p_rope = RopeSpec(np.int64(64), p=np.float32(0.5))  # type: ignore[arg-type]
+    assert p_rope == RopeSpec(64, p=0.5) and type(p_rope.p) is float
+    assert (
+        p_rope.frequencies().tolist() == _theta(10_000.0, 64)[:16] + [0.0] * 16
+    )  # the 16 highest of 32 kept

@@ -3,6 +3,8 @@ stale, never an unrotated position, and the fast paths skip nothing that could c
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -262,3 +264,88 @@ def test_grown_call_grows_once_for_a_position_past_the_rows() -> None:
     assert kernel(-1) == -1 and seen == [128] and cache.length == 128
     seen.clear()
     assert kernel(5000) == 5000 and seen == [128] and cache.length == 128  # past the limit (4096): not grown
+
+
+# ---------------------------------------------------------------- narrow integer positions that wrap
+#: (dtype, first value) of 64 consecutive values that pass the dtype's maximum: the tensor holds the wrapped values
+#: (uint8 200..255, 0..7; int8 100..127, -128..-93; int16 32740..32767, -32768..-32733)
+NARROW_WRAPS = [(torch.uint8, 200), (torch.int8, 100), (torch.int16, 32_740)]
+
+
+def _wrapped(dtype: torch.dtype, first: int) -> torch.Tensor:
+    return torch.arange(first, first + 64).to(dtype)  # wraps modulo 2^bits, as a user's narrow buffer would
+
+
+def _exact_tables(values: list[int], spec: RopeSpec) -> tuple[torch.Tensor, torch.Tensor]:
+    """Oracle from the math: cos/sin(p * base ** (-2i / rotary_dim)) in float64, one Python float per entry."""
+    r = int(spec.rotary_dim)  # type: ignore[arg-type]
+    th = [spec.base ** (-2.0 * i / r) for i in range(r // 2)]
+    cos = torch.tensor([[math.cos(p * t) for t in th] for p in values], dtype=torch.float64)
+    sin = torch.tensor([[math.sin(p * t) for t in th] for p in values], dtype=torch.float64)
+    return cos, sin
+
+
+@pytest.mark.parametrize(("dtype", "first"), NARROW_WRAPS, ids=["uint8", "int8", "int16"])
+@pytest.mark.parametrize("entry", ["TableCache.lookup", "rope_tables", "Rotary.tables"])
+def test_wrapped_narrow_positions_read_the_rows_of_the_values_they_hold(
+    entry: str, dtype: torch.dtype, first: int
+) -> None:
+    """A run of 64 narrow-integer positions that is consecutive only modulo 2^bits is not a run of values: each
+    token gets the rows of the value its element holds (before the fix, the rows of first .. first + 63: a wrapped
+    arange in the same dtype passed the consecutive-run check). Oracle: float64 math on the held values."""
+    pos = _wrapped(dtype, first)
+    values = pos.tolist()  # what the tensor holds, as Python ints
+    assert values != list(range(first, first + 64))  # it really wraps
+    if entry == "TableCache.lookup":
+        hit = TableCache(SPEC, CPU, 1 << 16, 1 << 16).lookup(pos)  # rows past 32767: int16's wrap is covered
+        assert hit is not None or min(values) < 0  # negative values: None, the caller computes them exactly
+        if hit is None:
+            return
+        cos, sin = hit
+    elif entry == "rope_tables":
+        rope_tables(torch.tensor([40_000]), SPEC)  # the shared cache grown past 32767 (int16's wrap point)
+        cos, sin = rope_tables(pos, SPEC)
+    else:
+        cos, sin = Rotary(SPEC, max_seq_len=1 << 16).tables(pos)
+    want_cos, want_sin = _exact_tables(values, SPEC)
+    torch.testing.assert_close(cos.double(), want_cos, rtol=0, atol=1e-6)
+    torch.testing.assert_close(sin.double(), want_sin, rtol=0, atol=1e-6)
+
+
+def test_wrapped_uint8_run_is_gathered_not_sliced() -> None:
+    """uint8 200..255, 0..7 reads rows 200..255 then 0..7 (a gather), never the slice 200..263."""
+    cache = TableCache(SPEC, CPU, 512, 512)
+    packed = cache.packed_rows(_wrapped(torch.uint8, 200))
+    assert packed is not None
+    held = torch.tensor(_wrapped(torch.uint8, 200).tolist())
+    assert torch.equal(packed, cache.rows.index_select(0, held))
+    run = cache.packed_rows(torch.arange(100, 164, dtype=torch.uint8))  # a true run of values: still a slice
+    assert run is not None and run.data_ptr() == cache.rows[100].data_ptr()
+
+
+@pytest.mark.parametrize(("dtype", "first"), NARROW_WRAPS, ids=["uint8", "int8", "int16"])
+@pytest.mark.parametrize("entry", ["apply_rope", "Rotary"])
+def test_wrapped_narrow_positions_rotate_at_the_values_they_hold(
+    entry: str, dtype: torch.dtype, first: int
+) -> None:
+    """apply_rope and Rotary with wrapped narrow positions rotate each token at the value its element holds, on the
+    validated first call and on the second (the stored plan's fast path). Oracle: the float64 reference at those
+    values as int64."""
+    rope_tables(torch.tensor([40_000]), SPEC)  # the shared cache grown past 32767 (int16's wrap point)
+    rope = Rotary(SPEC, max_seq_len=1 << 16)
+    pos = _wrapped(dtype, first)
+    held = torch.tensor(pos.tolist(), dtype=torch.int64)
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(1, 64, 1, 32, generator=g), torch.randn(1, 64, 1, 32, generator=g)
+    want_q, want_k = reference_rope(q, held, SPEC), reference_rope(k, held, SPEC)
+    for step in range(2):
+        if entry == "Rotary":
+            qo, ko = rope(q, k, positions=pos)
+        else:
+            qo, ko = apply_rope(q, k, pos, SPEC)
+        assert ko is not None
+        torch.testing.assert_close(qo.double(), want_q, rtol=0, atol=1e-5, msg=f"step {step}")
+        torch.testing.assert_close(ko.double(), want_k, rtol=0, atol=1e-5, msg=f"step {step}")
+    if dtype == torch.uint8:  # every value cached (int8/int16 wrap to negatives: computed exactly, no plan)
+        key = fastpath.apply_key(q, k, pos, SPEC, "bshd", False, "auto")
+        assert fastpath.apply_lookup(key, SPEC) is not None  # the second call really went through the plan

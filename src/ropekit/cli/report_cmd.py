@@ -2,7 +2,8 @@
 """``ropekit report SOURCE --out DIR [--json]``: write DIR/index.html, a self-contained page of figures.
 
 SOURCE: a preset name, a config.json, a transformers model folder (weights analysed with the ``hf`` extra) or a
-lab checkpoint. Prints the page's path (on stderr with ``--json``, which prints the numbers on stdout), and the
+lab checkpoint. A model folder whose only weights are pickle files (``pytorch_model.bin``; never loaded) gets the
+configuration-only report, with a note on stderr, on the page and in the JSON (``weights_note``). Prints the page's path (on stderr with ``--json``, which prints the numbers on stdout), and the
 build time on stderr (the page itself carries none: the same SOURCE gives the same bytes).
 """
 
@@ -13,7 +14,10 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from ropekit.report.build import Report
 
 __all__ = ["add_parser", "run"]
 
@@ -54,10 +58,14 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     t0 = time.perf_counter()
     source = resolve(args.source, context=args.context)
     report = build_report(source)
+    if source.weights_note:
+        _note_skipped_weights(report, source.weights_note)
     path = write_report(report, Path(args.out))
     out, err = out or sys.stdout, err or sys.stderr
     if source.context_note:
         print(f"ropekit report: context {source.context:,} tokens: {source.context_note}", file=err)
+    if source.weights_note:
+        print(f"ropekit report: {source.weights_note}", file=err)
     print(f"ropekit report: built in {time.perf_counter() - t0:.1f} s", file=err)
     if args.json:
         (Path(args.out) / "report.json").write_text(json.dumps(report.data) + "\n")
@@ -66,3 +74,14 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     else:
         print(str(path), file=out)
     return 0
+
+
+def _note_skipped_weights(report: Report, note: str) -> None:
+    """Say on the page (a weights section holding only ``note``) and in the JSON (``weights_note``) why a model
+    folder's weights were not analysed (:attr:`ropekit.report.sources.Source.weights_note`)."""
+    from ropekit.report.build import _SECTIONS, Section
+
+    report.data["weights_note"] = note
+    if not any(s.key == "weights" for s in report.sections):
+        title, intro = _SECTIONS["weights"]
+        report.sections.append(Section("weights", title, intro, [], [note]))

@@ -189,7 +189,12 @@ def resolve_views(args: argparse.Namespace) -> tuple[str | None, list[LayerView]
             f"{args.source!r} is neither a preset ({', '.join(PRESETS)}), a config.json file nor a model folder"
         )
     try:
-        cfg = json.loads(path.read_text())
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:  # a binary file passed by mistake: a pickle, a .bin, a safetensors ...
+        raise ValueError(
+            f"SOURCE {str(path)!r} is not a UTF-8 text file, so not a config.json ({e.reason} at byte {e.start}); "
+            f"SOURCE is a preset name ({', '.join(PRESETS)}), a config.json or a model folder holding one"
+        ) from None
     except json.JSONDecodeError as e:
         raise ValueError(f"{args.source!r} is not valid JSON: {e}") from None
     if not isinstance(cfg, dict):

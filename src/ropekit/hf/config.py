@@ -25,7 +25,9 @@ The rotary dim is transformers' own ``int(head_dim * partial_rotary_factor)`` (p
 back exactly.
 
 Strict by default: what transformers only warns about (unknown keys, factor < 1, beta_fast < beta_slow, missing
-required keys, wrong list lengths, non-finite values) raises ``ValueError`` naming the key and value;
+required keys, wrong list lengths, non-finite values) raises ``ValueError`` naming the key and value, and so does
+a top-level key that is a near-miss of a RoPE key ropekit reads (``rope_scalling``: transformers ignores it
+silently, so the model loads with a different RoPE; :func:`ropekit.hf.config_keys.check_top_level_keys`);
 ``strict=False`` accepts what transformers accepts, with a warning (a missing ``original_max_position_embeddings``
 is filled from ``max_position_embeddings``, as transformers does). What transformers refuses or fails on, and
 values from which no frequency table can be computed (a zero factor, a zero LongRoPE entry, a negative YaRN beta,
@@ -43,6 +45,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any, Literal
 
 from ropekit.hf.config_families import ROTARY_DIM_TYPES
@@ -61,6 +64,7 @@ from ropekit.hf.config_keys import (
     _rope_dict,
     _unknown_note,
     check_layer_types,
+    check_top_level_keys,
 )
 from ropekit.hf.config_rules import check_computable, config_errors, refuse
 from ropekit.hf.config_v4 import check_schema, spec_to_hf_v4
@@ -71,6 +75,7 @@ from ropekit.hf.partial_factor import (
     _hf_proportional_factor,
     _hf_rotary_dim,
 )
+from ropekit.integers import as_real
 from ropekit.scaling import NTK, DynamicNTK, Linear, Llama3, LongRope, Scaling, Yarn
 from ropekit.scaling.base import unchecked
 from ropekit.spec import RopeSpec
@@ -101,13 +106,17 @@ _FAMILY_KEYS = ("rotary_dim", "rotary_pct", "rotary_emb_base")
 _FAMILY_KEYS_NOTE = (
     "rotary_dim: gptj, codegen, minimax_m2; rotary_pct, rotary_emb_base: gpt_neox, gpt_neox_japanese"
 )
+#: set while :func:`spec_from_hf` parses a config, so that the VL parser's call back for the text part does not
+#: report (or warn about) the same top-level keys twice
+_KEYS_CHECKED: ContextVar[bool] = ContextVar("ropekit_hf_keys_checked", default=False)
 _MLA_TYPES = {"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", "glm4_moe_lite", "mistral4"}
 
 
 def _computable(rp: dict[str, Any], key: str, bad: Callable[[float], bool], why: str) -> None:
     """Refuse (both modes) a number ``rp[key]`` for which ``bad`` holds: no frequency table comes from it."""
     v = rp.get(key)
-    refuse(not (isinstance(v, (int, float)) and not isinstance(v, bool) and bad(v)), key, v, why)
+    x = as_real(v)  # numpy scalars too; anything else is refused by name later
+    refuse(not (x is not None and bad(x)), key, v, why)
 
 
 _INF = "it divides the frequencies by zero (infinite frequencies); expected a number >= 1"
@@ -257,31 +266,39 @@ def spec_from_hf(
     cfg = _as_dict(config)
     from ropekit.hf.config_vl import is_vl_config, spec_from_hf_vl
 
-    model_type = str(cfg.get("model_type") or "")
-    check_layer_types(cfg, model_type)
-    # a float, str or bool max_position_embeddings is refused, as transformers' config classes refuse it
-    _max_positions(cfg)
+    if not _KEYS_CHECKED.get():  # not for the VL parser's call with the text part: the outer call checked it
+        check_top_level_keys(cfg, r)
+        if isinstance(cfg.get("text_config"), dict):
+            check_top_level_keys(cfg["text_config"], r, "config text_config")
+    token = _KEYS_CHECKED.set(True)
+    try:
+        model_type = str(cfg.get("model_type") or "")
+        check_layer_types(cfg, model_type)
+        # a float, str or bool max_position_embeddings is refused, as transformers' config classes refuse it
+        _max_positions(cfg)
 
-    # VL (M-RoPE) configs are parsed in hf/config_vl.py
+        # VL (M-RoPE) configs are parsed in hf/config_vl.py
 
-    if is_vl_config(cfg):
-        if layer_type is not None:
-            raise ValueError(f"layer_type={layer_type!r} given but VL text decoders have a single RoPE")
-        return spec_from_hf_vl(cfg, strict=strict, layout=layout, problem=r.problem)
-    if not model_type:
-        legacy = [f"{k}={cfg[k]!r}" for k in _FAMILY_KEYS if cfg.get(k) is not None]
-        if legacy:
-            r.problem(
-                f"config has {', '.join(legacy)} but no model_type: transformers reads these only for their families "
-                f"({_FAMILY_KEYS_NOTE}) and ignores them elsewhere, as ropekit then does; set model_type"
-            )
-    H = _head_dim(cfg)
-    rp, note = _rope_dict(cfg, layer_type, model_type, r)
-    with config_errors(rp, cfg, note):
-        spec = _spec(r, rp, cfg, model_type, H, layout)
-    if not r.strict:  # strict mode's range checks already keep every value computable
-        check_computable(spec, rp)
-    return spec
+        if is_vl_config(cfg):
+            if layer_type is not None:
+                raise ValueError(f"layer_type={layer_type!r} given but VL text decoders have a single RoPE")
+            return spec_from_hf_vl(cfg, strict=strict, layout=layout, problem=r.problem)
+        if not model_type:
+            legacy = [f"{k}={cfg[k]!r}" for k in _FAMILY_KEYS if cfg.get(k) is not None]
+            if legacy:
+                r.problem(
+                    f"config has {', '.join(legacy)} but no model_type: transformers reads these only for their families "
+                    f"({_FAMILY_KEYS_NOTE}) and ignores them elsewhere, as ropekit then does; set model_type"
+                )
+        H = _head_dim(cfg)
+        rp, note = _rope_dict(cfg, layer_type, model_type, r)
+        with config_errors(rp, cfg, note):
+            spec = _spec(r, rp, cfg, model_type, H, layout)
+        if not r.strict:  # strict mode's range checks already keep every value computable
+            check_computable(spec, rp)
+        return spec
+    finally:
+        _KEYS_CHECKED.reset(token)
 
 
 def _spec(

@@ -18,7 +18,6 @@
 from __future__ import annotations
 
 import difflib
-import math
 import numbers
 import warnings
 from typing import Any
@@ -35,8 +34,9 @@ from ropekit.hf.config_families import (
     per_layer_family,
 )
 from ropekit.hf.config_rules import nested_truncate, original_max
+from ropekit.integers import INT64_SPAN, as_int, as_real, past_float64, shown
 
-__all__ = ["KNOWN_KEYS"]
+__all__ = ["KNOWN_KEYS", "TOP_LEVEL_ROPE_KEYS", "check_top_level_keys"]
 
 _COMMON = {"rope_type", "rope_theta", "partial_rotary_factor"}
 #: rope_type -> (required keys, optional keys) inside the rope dict (besides the common ones).
@@ -193,6 +193,55 @@ def _did_you_mean(unknown: list[str], known: set[str]) -> str:
     return f" (did you mean {', '.join(f'{m!r} for {u!r}' for u, m in close.items())}?)" if close else ""
 
 
+#: the RoPE keys ropekit reads at the top level of a config (any family: v4/v5 RoPE keys, GPT-NeoX's and GPT-J's
+#: names, the per-layer-type thetas of Gemma 3 / ModernBERT, L0, DeepSeek's rotary head dim, ERNIE-4.5-VL's split).
+#: A top-level key close to one of them is a likely typo (``rope_scalling``), which transformers ignores silently:
+#: a Llama 3.1 config would load unscaled. (``head_dim`` and ``max_position_embeddings`` are left out: many real
+#: keys are close to them, ``v_head_dim``, ``max_2d_position_embeddings``.)
+TOP_LEVEL_ROPE_KEYS = frozenset(
+    {
+        *("rope_parameters", "rope_scaling", "rope_theta", "partial_rotary_factor"),
+        *("rotary_pct", "rotary_emb_base", "rotary_dim"),
+        *("rope_local_base_freq", "local_rope_theta", "global_rope_theta"),
+        *("original_max_position_embeddings", "qk_rope_head_dim", "freq_allocation"),
+    }
+)
+#: every other top-level key ropekit reads, and real transformers config keys (5.23) close to a name above
+_NOT_TYPOS = frozenset(
+    {
+        *("head_dim", "max_position_embeddings", "hidden_size", "num_attention_heads", "n_embd", "n_head"),
+        *("model_type", "layer_types", "num_hidden_layers", "sliding_window_pattern", "text_config"),
+        *("vision_config", _FROM_OBJECT),
+        *("qk_nope_head_dim", "right_max_position_embeddings"),  # DeepSeek MLA; SeamlessM4T / wav2vec2-bert
+    }
+)
+#: stricter than inside the rope dict (0.75): a config.json has many unrelated top-level keys
+_TOP_CUTOFF = 0.85
+
+
+def check_top_level_keys(cfg: dict[str, Any], r: _Reader, where: str = "config") -> None:
+    """Report (strict: ValueError; ``strict=False``: a warning) top-level keys of ``cfg`` that are near-misses of
+    :data:`TOP_LEVEL_ROPE_KEYS` (``rope_scalling``, ``rope_parameter``), with the did-you-mean hint. Other unknown
+    keys are not reported: a config.json holds many keys that have nothing to do with RoPE."""
+    names = sorted(TOP_LEVEL_ROPE_KEYS)
+    close = {
+        k: m[0]
+        for k in cfg
+        if isinstance(k, str)
+        and k not in TOP_LEVEL_ROPE_KEYS
+        and k not in _NOT_TYPOS
+        and (m := difflib.get_close_matches(k, names, n=1, cutoff=_TOP_CUTOFF))
+    }
+    if close:
+        keys = sorted(close)
+        hint = ", ".join(f"{close[k]!r} for {k!r}" for k in keys)
+        r.problem(
+            f"{where} has unknown key{'s' if len(keys) > 1 else ''} {keys}, close to RoPE keys ropekit reads (did "
+            f"you mean {hint}?); transformers ignores a misspelt key silently, so the model would load with a "
+            "different RoPE: rename it"
+        )
+
+
 def _unknown_note(unknown: list[str], known: set[str]) -> str:
     return f"; unknown keys {unknown}{_did_you_mean(unknown, known)}" if unknown else ""
 
@@ -225,11 +274,11 @@ def check_layer_types(cfg: dict[str, Any], model_type: str) -> None:
             )
     pattern = cfg.get("sliding_window_pattern")
     if model_type.startswith("gemma3") and types is None and pattern is not None:
-        ok = isinstance(pattern, (int, float)) and not isinstance(pattern, bool) and math.isfinite(pattern)
-        if not ok or int(pattern) != pattern or pattern < 1:
+        x = as_real(pattern)
+        if x is None or not x.is_integer() or x < 1:
             raise ValueError(
-                f"config sliding_window_pattern={pattern!r} must be a positive integer (every pattern-th layer is "
-                "full attention; transformers divides by it)"
+                f"config sliding_window_pattern={shown(pattern)} must be a positive integer (every pattern-th layer "
+                "is full attention; transformers divides by it)"
             )
 
 
@@ -374,28 +423,36 @@ def _num(
     v = rp[key]
     if v is None:
         raise ValueError(f"rope parameter {key} is null; expected a finite number")
-    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-    if ok and lo is not None and (v <= lo if lo_open else v < lo):
-        r.problem(f"rope parameter {key}={v!r} must be {'>' if lo_open else '>='} {lo:g}")
-    if not ok:
-        raise ValueError(f"rope parameter {key} must be a finite number, got {v!r}")
-    return float(v)
+    x = as_real(v)  # numpy scalars too (a config built from arrays); a bool or an int past float64 is refused
+    if x is None:
+        raise ValueError(f"rope parameter {key} must be a finite number{past_float64(v)}, got {shown(v)}")
+    if lo is not None and (x <= lo if lo_open else x < lo):
+        r.problem(f"rope parameter {key}={shown(v)} must be {'>' if lo_open else '>='} {lo:g}")
+    return x
 
 
 def _int(rp: dict[str, Any], key: str) -> int:
     v = rp[key]
     if v is None:
         raise ValueError(f"rope parameter {key} is null; expected a positive integer")
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or int(v) != v or v < 1:
-        raise ValueError(f"rope parameter {key} must be a positive integer, got {v!r}")
-    return int(v)
+    n = as_int(v)
+    if n is None:  # an integral float (8192.0) is an integer here, as transformers reads it
+        x = as_real(v)
+        n = int(x) if x is not None and x.is_integer() else None
+    if n is None or n < 1:
+        raise ValueError(f"rope parameter {key} must be a positive integer, got {shown(v)}")
+    if n > INT64_SPAN:
+        raise ValueError(
+            f"rope parameter {key} must be a positive integer of at most 2**63 (a context length: positions "
+            f"are int64), got {shown(v)}"
+        )
+    return n
 
 
 def _factors(rp: dict[str, Any], key: str) -> tuple[float, ...]:
     """LongRoPE's ``short_factor`` / ``long_factor``: a list of finite numbers (its length is checked later)."""
     v = rp[key]
-    if not isinstance(v, (list, tuple)) or not all(
-        isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in v
-    ):
-        raise ValueError(f"rope parameter {key} must be a list of finite numbers, got {v!r}")
-    return tuple(float(x) for x in v)
+    vals = [as_real(x) for x in v] if isinstance(v, (list, tuple)) else [None]
+    if any(x is None for x in vals):
+        raise ValueError(f"rope parameter {key} must be a list of finite numbers, got {shown(v, 400)}")
+    return tuple(x for x in vals if x is not None)

@@ -23,6 +23,7 @@ import warnings
 from typing import Any, Literal
 
 from ropekit.axes import AxisMap
+from ropekit.integers import as_int
 from ropekit.spec import RopeSpec
 
 __all__ = [
@@ -213,9 +214,10 @@ def _freq_allocation(text: dict[str, Any], rp: dict[str, Any], key: str) -> int 
     if top is not None and inner is not None and top != inner:
         raise ValueError(f"freq_allocation={top!r} (top level) and {key}.freq_allocation={inner!r} disagree")
     fa = top if top is not None else inner
-    if fa is not None and (not isinstance(fa, int) or isinstance(fa, bool) or fa < 0):
+    n = None if fa is None else as_int(fa)  # ints and numpy ints alike (not bools)
+    if fa is not None and (n is None or n < 0):
         raise ValueError(f"freq_allocation must be a non-negative int (bands given to time), got {fa!r}")
-    return fa
+    return n
 
 
 def ernie_sections(freq_allocation: int, n_bands: int) -> tuple[int, int, int]:

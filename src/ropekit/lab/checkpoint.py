@@ -117,7 +117,11 @@ def checkpoint_info(path: Path) -> CheckpointInfo:
     try:
         step = int(md["step"])
     except ValueError:
-        raise ValueError(f"{_where(path)}: metadata 'step' must be an int, got {md['step']!r}") from None
+        step = -1
+    if step < 0:
+        raise ValueError(
+            f"{_where(path)}: metadata 'step' must be an int >= 0 (the training steps done), got {md['step']!r}"
+        )
     meta = _read_json_object(path, md, "meta")
     config = _config(path, _read_json_object(path, md, "config")) if "config" in md else None
     return CheckpointInfo(step, meta, config)
@@ -194,12 +198,131 @@ def _few(keys: list[str], n: int = 4) -> str:
     return f"{len(keys)} model tensor(s): " + ", ".join(keys[:n]) + more
 
 
+#: the state torch's Adam and AdamW keep per parameter (and "max_exp_avg_sq" with amsgrad): the optimizer
+#: :func:`ropekit.lab.train.train` uses, and the one whose checkpointed state :func:`load_checkpoint` can check
+_ADAM_STATE = ("step", "exp_avg", "exp_avg_sq")
+
+
+def _opt_state(
+    path: Path, model: TinyLM, opt: torch.optim.Optimizer, step: int, tensors: dict[str, torch.Tensor]
+) -> dict[int, dict[str, torch.Tensor]]:
+    """The checkpoint's ``opt.<parameter>.<key>`` tensors as ``opt``'s per-parameter state (keyed by the
+    parameter's index in ``opt.state_dict()``), checked against ``opt`` first: ValueError naming ``path`` and the
+    tensors for an unknown parameter or key, a missing key, another shape or dtype, parameters without state, or
+    no state at all after ``step`` > 0 steps (a resume would restart AdamW's moments from zero)."""
+    if not isinstance(opt, torch.optim.Adam):  # AdamW is an Adam
+        raise TypeError(
+            f"load_checkpoint({str(path)!r}): opt must be a torch.optim.Adam or AdamW (the optimizer "
+            f"ropekit.lab.train.train uses, whose state it restores and checks), got {type(opt).__name__}; pass "
+            "opt=None, gen=None to load the weights only"
+        )
+    names = {id(p): n for n, p in model.named_parameters()}
+    index: dict[str, int] = {}  # parameter name -> its index in opt.state_dict()["state"]
+    want: dict[str, dict[str, tuple[torch.Size, torch.dtype | None]]] = {}  # name -> key -> (shape, dtype)
+    for group in opt.param_groups:
+        keys = _ADAM_STATE + (("max_exp_avg_sq",) if group.get("amsgrad") else ())
+        for p in group["params"]:
+            if id(p) not in names:
+                raise ValueError(
+                    f"{_where(path)}: the optimizer holds a parameter of shape {list(p.shape)} that is not one of "
+                    "the model's, so its state cannot be named in a checkpoint; build the optimizer from "
+                    "model.parameters()"
+                )
+            n = names[id(p)]
+            index[n] = len(index)
+            # AdamW's step is a 0-d float tensor (float32, or the default float dtype); its moments are p's
+            want[n] = {k: (torch.Size([]), None) if k == "step" else (p.shape, p.dtype) for k in keys}
+    got: dict[str, dict[str, torch.Tensor]] = {}
+    unknown: list[str] = []
+    for k, v in tensors.items():
+        if not k.startswith("opt."):
+            continue
+        name, _, key = k[4:].rpartition(".")
+        if name in want and key in want[name]:
+            got.setdefault(name, {})[key] = v
+        else:
+            unknown.append(k)
+    problems = []
+    if unknown:
+        problems.append(
+            f"has {len(unknown)} tensor(s) that are no state of this optimizer: {_list(unknown)} (expected "
+            f"opt.<parameter>.<key>, a parameter of the model and a key in {list(_ADAM_STATE)}, plus "
+            "'max_exp_avg_sq' with amsgrad)"
+        )
+    if got:
+        lacking = [n for n in want if n not in got]
+        if lacking:
+            problems.append(f"no optimizer state for {len(lacking)} parameter(s): {_list(lacking)}")
+        partial = [f"opt.{n}.{k}" for n in got for k in want[n] if k not in got[n]]
+        if partial:
+            problems.append(f"lacks {len(partial)} optimizer tensor(s): {_list(partial)}")
+        bad = [
+            f"opt.{n}.{k} {_kind(v.shape, v.dtype)} (expected {_kind(*want[n][k])})"
+            for n, state in got.items()
+            for k, v in state.items()
+            if not _fits(v, *want[n][k])
+        ]
+        if bad:
+            problems.append(f"has optimizer tensor(s) of another shape or dtype: {_list(bad)}")
+    elif step > 0:
+        problems.append(
+            f"holds no optimizer state after {step} step(s), so a resume would restart AdamW's moments from zero "
+            "and differ from an uninterrupted run; pass opt=None, gen=None to load the weights only"
+        )
+    if problems:
+        raise ValueError(f"{_where(path)} cannot resume this optimizer: " + "; ".join(problems))
+    return {index[n]: state for n, state in got.items()}
+
+
+def _fits(t: torch.Tensor, shape: torch.Size, dtype: torch.dtype | None) -> bool:
+    """``t`` has ``shape`` and ``dtype`` (None: any floating-point dtype)."""
+    return t.shape == shape and (t.dtype == dtype if dtype is not None else t.is_floating_point())
+
+
+def _kind(shape: torch.Size, dtype: torch.dtype | None) -> str:
+    return f"{list(shape)} " + ("floating point" if dtype is None else str(dtype).removeprefix("torch."))
+
+
+def _gen_state(path: Path, gen: torch.Generator, tensors: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The checkpoint's ``gen_state``, checked by setting it on a fresh generator of ``gen``'s device (``gen``
+    itself is not touched): ValueError naming ``path`` when it is missing or not such a generator's state."""
+    state = tensors.get("gen_state")
+    live = gen.get_state()
+    expected = _kind(live.shape, live.dtype)
+    if state is None:
+        raise ValueError(
+            f"{_where(path)} has no 'gen_state' (the data generator's state, {expected}), so a resume would draw "
+            "another data order than an uninterrupted run; pass opt=None, gen=None to load the weights only"
+        )
+    try:
+        torch.Generator(device=gen.device).set_state(state)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(
+            f"{_where(path)}: tensor 'gen_state' ({_kind(state.shape, state.dtype)}) is not the state of a "
+            f"{gen.device} torch.Generator (expected {expected}; {e})"
+        ) from None
+    return state
+
+
+def _list(keys: list[str], n: int = 4) -> str:
+    return ", ".join(keys[:n]) + (f" and {len(keys) - n} more" if len(keys) > n else "")
+
+
 def load_checkpoint(
     path: Path, model: TinyLM, opt: torch.optim.Optimizer | None, gen: torch.Generator | None
 ) -> tuple[int, dict[str, Any]]:
     """Load a checkpoint of :func:`save_checkpoint` into ``model`` (and ``opt``, ``gen`` when given); returns the
-    step and the caller's ``meta``. Raises ValueError naming ``path`` when the file is unreadable, its metadata is
-    malformed, or its model tensors do not fit ``model`` (missing, unexpected or of another shape)."""
+    step and the caller's ``meta``.
+
+    To resume training pass ``opt`` (a torch.optim.Adam / AdamW over ``model.parameters()``) and ``gen``: the
+    checkpoint must then hold their state (``opt.<parameter>.<key>`` for every parameter, none only at step 0,
+    and ``gen_state``). To load the weights only, pass ``opt=None, gen=None``: the optimizer and generator
+    tensors are then not read.
+
+    Everything is checked before anything is modified. Raises ValueError naming ``path`` when the file is
+    unreadable, its metadata is malformed, its model tensors do not fit ``model`` (missing, unexpected or of
+    another shape), it holds tensors that are neither the model's, the optimizer's nor ``gen_state``, or (when
+    given) ``opt``'s or ``gen``'s state is missing, unknown or of another shape or dtype (naming the tensor)."""
     from safetensors import safe_open
 
     info = checkpoint_info(path)
@@ -209,13 +332,19 @@ def load_checkpoint(
     except Exception as e:  # noqa: BLE001 - safetensors raises its own error types
         raise ValueError(f"{_where(path)}: cannot read its tensors ({e})") from None
     _check_fits(path, model, tensors, info.config)
+    other = [k for k in tensors if not (k.startswith(("model.", "opt.")) or k == "gen_state")]
+    if other:
+        raise ValueError(
+            f"{_where(path)} holds {len(other)} tensor(s) that are neither the model's (model.*), the optimizer's "
+            f"(opt.*) nor the generator's (gen_state): {_list(other)}"
+        )
+    opt_state = _opt_state(path, model, opt, info.step, tensors) if opt is not None else None
+    gen_state = _gen_state(path, gen, tensors) if gen is not None else None
     model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
-    if opt is not None:
-        params = dict(model.named_parameters())
-        for k, v in tensors.items():
-            if k.startswith("opt."):
-                name, key = k[4:].rsplit(".", 1)
-                opt.state[params[name]][key] = v
-    if gen is not None and "gen_state" in tensors:
-        gen.set_state(tensors["gen_state"])
+    if opt is not None and opt_state is not None:
+        sd = opt.state_dict()  # the live hyperparameters (lr, betas ...), the checkpoint's state
+        sd["state"] = opt_state
+        opt.load_state_dict(sd)  # moves and casts the state as torch does (the parameters' device)
+    if gen is not None and gen_state is not None:
+        gen.set_state(gen_state)
     return info.step, info.meta

@@ -150,7 +150,13 @@ def _train(
     start = 0
     if ckpt is not None and ckpt.exists():
         check_resume(ckpt, model.cfg, meta)  # a checkpoint of another run (corpus, encoding, ...) is refused
-        start, _ = load_checkpoint(ckpt, model, opt, gen)
+        done = checkpoint_info(ckpt).step
+        if done > steps:  # before anything is loaded
+            raise ValueError(
+                f"lab checkpoint {str(ckpt)!r} records step {done}, past this run's steps={steps}; it cannot be "
+                "resumed by this run"
+            )
+        start, _ = load_checkpoint(ckpt, model, opt, gen)  # checks the optimizer and generator state too
     warmup = max(1, min(100, steps // 10))
     prog, losses, tokens, t0 = Progress(steps, desc), [], 0, time.perf_counter()
     model.train()

@@ -30,18 +30,26 @@ def check_int(name: str, value: object, low: int | None = None, *, kind: str = "
     """``value`` as an int: an int or an integer-like (numpy ints, 0-d integer tensors; ``operator.index``), not a
     bool, and >= ``low`` when given. Shared by the position builders and :mod:`ropekit.distributed`.
 
+    Traced by ``torch.compile``, a symbolic int (``q.shape[0]`` of a dynamic dimension) is returned as it is:
+    ``operator.index`` would specialise it to its current value, so every new length would compile a new graph.
+    ``low`` is then compared symbolically (nothing is added to the graph for a size against ``low=0``).
+
     Raises:
         TypeError: not an integer (``kind`` says what was expected, e.g. "an int or a 1-D integer tensor").
         ValueError: below ``low``.
     """
-    if isinstance(value, (bool, np.bool_)) or (
-        isinstance(value, torch.Tensor) and (value.dtype == torch.bool or value.dim() != 0)
-    ):  # a one-element 1-D tensor also has __index__: only 0-d tensors are integers here
-        raise TypeError(f"{name} must be {kind}, got {value!r}")
-    try:
-        n = operator.index(value)  # type: ignore[arg-type]
-    except TypeError:
-        raise TypeError(f"{name} must be {kind}, got {value!r}") from None
+    # dynamo reports a symbolic int's type as int: the first test takes both (and a plain int without a call)
+    if type(value) is int or isinstance(value, torch.SymInt):
+        n: int = value  # type: ignore[assignment]  # a SymInt stands for an int in traced code
+    else:
+        if isinstance(value, (bool, np.bool_)) or (
+            isinstance(value, torch.Tensor) and (value.dtype == torch.bool or value.dim() != 0)
+        ):  # a one-element 1-D tensor also has __index__: only 0-d tensors are integers here
+            raise TypeError(f"{name} must be {kind}, got {value!r}")
+        try:
+            n = operator.index(value)  # type: ignore[arg-type]
+        except TypeError:
+            raise TypeError(f"{name} must be {kind}, got {value!r}") from None
     if low is not None and n < low:
         raise ValueError(f"{name} must be >= {low}, got {n}")
     return n

@@ -40,6 +40,7 @@ import torch
 from ropekit.integers import whole
 from ropekit.positions.grid import _grid_thw_ints
 from ropekit.positions.multimodal_blocks import (
+    _I64_MAX,
     FAMILIES,
     Family,
     Rule,
@@ -294,7 +295,9 @@ def mrope_decode_positions(
         int64 [3, b, seq_len].
 
     Raises:
-        ValueError: naming the argument and value, before anything is computed.
+        ValueError: naming the argument and value, before anything is computed; also when an id would pass int64
+            (``past_length + seq_len - 1 + delta > 2^63 - 1``: refused, naming past_length and rope_deltas, not
+            wrapped to a negative id).
     """
     _check_int_tensor(rope_deltas, "rope_deltas", "[batch, 1]", 2)
     if rope_deltas.shape[1] != 1:
@@ -307,15 +310,36 @@ def mrope_decode_positions(
             raise ValueError(f"past_length tensor must have shape ({rows},), got {tuple(past_length.shape)}")
         if (past_length < 0).any():
             raise ValueError(f"past_length must be non-negative, got {past_length.tolist()}")
-        start = past_length.to(rope_deltas.device, torch.int64).unsqueeze(1)
+        starts: list[int] | None = None if past_length.device.type == "meta" else past_length.tolist()
     else:
         past_length = whole(
             past_length,
             0,
             f"past_length must be a non-negative int or an integer tensor, got {past_length!r}",
         )
+        if past_length > _I64_MAX:
+            raise ValueError(
+                f"past_length={past_length} is past int64 (2^63 - 1); ids past int64 are refused"
+            )
+        starts = [past_length] * rows
+    reps = rows // rope_deltas.shape[0]
+    if seq_len and starts is not None and rope_deltas.device.type != "meta":
+        # the last id of each row, in Python ints: int64 addition would wrap past 2^63 - 1 silently
+        deltas = [dl for dl in rope_deltas[:, 0].tolist() for _ in range(reps)]  # as repeat_interleave below
+        for i, (p0, dl) in enumerate(zip(starts, deltas, strict=True)):
+            last = p0 + seq_len - 1 + dl
+            if last > _I64_MAX:
+                row = i // reps
+                raise ValueError(
+                    f"M-RoPE ids overflow int64: past_length={p0}{f' (row {i})' if len(set(starts)) > 1 else ''} + "
+                    f"seq_len={seq_len} - 1 + rope_deltas[{row}]={dl} reaches id {last} > 2^63 - 1 (ids past "
+                    "int64 are refused, not wrapped)"
+                )
+    if isinstance(past_length, torch.Tensor):
+        start = past_length.to(rope_deltas.device, torch.int64).unsqueeze(1)
+    else:
         start = torch.tensor([[past_length]], dtype=torch.int64, device=rope_deltas.device)
-    d = rope_deltas.to(torch.int64).repeat_interleave(rows // rope_deltas.shape[0], dim=0)
+    d = rope_deltas.to(torch.int64).repeat_interleave(reps, dim=0)
     ids = start + torch.arange(seq_len, dtype=torch.int64, device=d.device) + d  # [b, s]
     return ids.unsqueeze(0).expand(3, -1, -1).clone()
 

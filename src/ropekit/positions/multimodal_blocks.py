@@ -18,6 +18,7 @@ from typing import Literal
 
 import torch
 
+from ropekit.integers import as_int
 from ropekit.positions.grid import _grid_thw_ints
 
 __all__ = ["FAMILIES", "Family", "Rule", "VisionBlock"]
@@ -31,7 +32,8 @@ _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 def _pos_int(x: object) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool) and x > 0
+    n = as_int(x)  # ints and numpy ints alike (not bools), as across ropekit
+    return n is not None and n > 0
 
 
 def _pos_finite(x: object) -> bool:
@@ -42,8 +44,10 @@ def _pos_finite(x: object) -> bool:
 
 def _check_start_int(start: object) -> int:
     """``start`` of the int64 ids: an int (not bool, not a float: no silent truncation) within int64."""
-    if isinstance(start, bool) or not isinstance(start, int):
+    n = as_int(start)
+    if n is None:
         raise TypeError(f"start must be an int, got {start!r} ({type(start).__name__})")
+    start = n
     if not _I64_MIN <= start <= _I64_MAX:
         raise ValueError(f"start must fit int64 (the ids' dtype), got {start!r}")
     return start
@@ -178,9 +182,10 @@ def _check_batch(batch: object, rows: int, what: str) -> int:
     """The rows after expanding ``rows`` for beams: ``batch`` (a positive multiple of ``rows``) or ``rows``."""
     if batch is None:
         return rows
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1 or batch % rows:
+    n = as_int(batch)
+    if n is None or n < 1 or n % rows:
         raise ValueError(
             f"batch={batch!r} must be a positive multiple of the {rows} rows the {what} were computed for "
             "(stale deltas from another batch must be recomputed, transformers PR #44873)"
         )
-    return batch
+    return n

@@ -4,7 +4,9 @@
 SOURCE is, in this order: a preset name (``ropekit presets``); a folder with ``config.json`` (and, for the weight
 analysis, ``*.safetensors`` weights -- needs the ``hf`` extra); a ``config.json`` file; a lab checkpoint
 (``*.safetensors`` written by :func:`ropekit.lab.train.save_checkpoint`, :mod:`ropekit.report.lab_source`). Nothing
-is unpickled.
+is unpickled: a folder whose only weights are pickle files (``pytorch_model.bin`` ...) or TensorFlow / Flax weights
+gets the configuration-only report, and :attr:`Source.weights_note` says why its weights were not analysed. A file
+that is not UTF-8 text (a binary file passed by mistake) is refused naming it.
 
 Presets and config files are read as ``ropekit inspect`` reads them: a config's ``text_config`` is unwrapped
 (:func:`ropekit.analysis.config_context.text_part`) and both give one
@@ -38,7 +40,7 @@ from ropekit.presets import PRESETS, get_preset
 from ropekit.report.lab_source import LAB_ENCODINGS, lab_checkpoint
 from ropekit.spec import RopeSpec
 
-__all__ = ["LAB_ENCODINGS", "MAX_CONTEXT", "Source", "resolve"]
+__all__ = ["LAB_ENCODINGS", "MAX_CONTEXT", "OTHER_WEIGHTS", "PICKLE_WEIGHTS", "Source", "resolve"]
 
 #: the longest context a report describes: positions up to 2^53 are exact in float64 (as ``ropekit precision``)
 MAX_CONTEXT = 2**53
@@ -62,6 +64,8 @@ class Source:
     logit_scales: dict[str, float] = field(default_factory=dict)
     # how the context was chosen when the configuration does not state it (a family default), else None
     context_note: str | None = None
+    # why a model folder's weights were not analysed although it holds some (only pickle files), else None
+    weights_note: str | None = None
 
     def __post_init__(self) -> None:
         c = self.context
@@ -137,7 +141,13 @@ def _views(cfg: dict[str, Any], context: int, path: Path) -> list[LayerView]:
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        cfg = json.loads(path.read_text())
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:  # a binary file: a pickle, a .bin, safetensors under another name ...
+        raise ValueError(
+            f"SOURCE {str(path)!r} is not a UTF-8 text file, so not a config.json ({e.reason} at byte "
+            f"{e.start}); SOURCE is a preset name, a config.json, a model folder or a lab checkpoint "
+            "(.safetensors)"
+        ) from None
     except (OSError, json.JSONDecodeError) as e:
         raise ValueError(f"SOURCE {str(path)!r}: cannot read it as JSON ({e})") from None
     if not isinstance(cfg, dict):
@@ -165,8 +175,10 @@ def resolve(source: str, *, weights: bool = True, context: int | None = None) ->
         # a config it cannot read is refused before the weights load
         views, ctx, cfg, note = _config_views(raw, path, context)
         src = _from_views(path.name, "config", views, ctx, _model_type(cfg), note)
-        if not (weights and any(path.glob("*.safetensors"))):
+        if not weights:
             return src
+        if not any(path.glob("*.safetensors")):
+            return dataclasses.replace(src, weights_note=_unread_weights(path))
         w = _hf_weights(path, views[-1].spec, ctx)
         return dataclasses.replace(src, kind="hf-model", weights=w)
     if path.is_file() and path.suffix == ".safetensors":
@@ -179,6 +191,35 @@ def resolve(source: str, *, weights: bool = True, context: int | None = None) ->
     raise ValueError(
         f"SOURCE {source!r} is not a preset ({', '.join(PRESETS)}), a config.json, a model folder "
         "or a lab checkpoint (.safetensors)"
+    )
+
+
+#: weight files of a model folder the report does not read: pickles (``torch.save``: transformers' legacy
+#: ``pytorch_model*.bin``), which ropekit never loads, and TensorFlow / Flax weights
+PICKLE_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
+OTHER_WEIGHTS = ("*.h5", "*.msgpack")
+
+
+def _unread_weights(path: Path) -> str | None:
+    """The note saying why the weights of the model folder ``path`` (no ``*.safetensors``) are not analysed, when
+    it holds weight files in another format; None when it holds none (a configuration-only folder)."""
+    found = sorted(
+        {f.name for pat in (*PICKLE_WEIGHTS, *OTHER_WEIGHTS) for f in path.glob(pat) if f.is_file()}
+    )
+    if not found:
+        return None
+    pickles = [f for f in found if any(Path(f).match(pat) for pat in PICKLE_WEIGHTS)]
+    never = "ropekit never loads pickle files (unpickling can run code)"
+    if len(pickles) == len(found):
+        why = f"pickle files: {never}"
+    elif pickles:
+        why = f"pickle files or TensorFlow / Flax weights: {never} and does not read the others"
+    else:
+        why = "TensorFlow / Flax weights, which ropekit does not read"
+    return (
+        f"weights section skipped: the folder's weights are only {_few(found)}, {why}; convert them to "
+        "safetensors (transformers: save_pretrained(..., safe_serialization=True)) for the weight analysis. "
+        "This report describes config.json only"
     )
 
 

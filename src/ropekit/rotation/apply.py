@@ -24,10 +24,12 @@ import torch
 
 from ropekit.phases import INT_DTYPES, _rope_tables, check_positions
 from ropekit.rotation import fastpath
+from ropekit.rotation.autograd import transforms_active
 from ropekit.rotation.dispatch import (
     BACKENDS,
     _check_backend,
     _check_backend_inputs,
+    _check_transformed,
     _fused_triton,
     _pick_backend,
     device_tables,
@@ -111,23 +113,71 @@ def _share_elements(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool((ok & (a_sorted[i.clamp(min=0)] + a_len > b_starts)).any())
 
 
+def _in_memory(x: torch.Tensor) -> torch.Tensor:
+    """x, or under a torch.func transform the tensor its wrappers hold (vmap: the batched physical tensor): the
+    memory an in-place write reaches, which the overlap checks read (a wrapper has no storage)."""
+    while torch._C._functorch.is_functorch_wrapped_tensor(x):
+        x = torch._C._functorch.get_unwrapped(x)
+    return x
+
+
 def _check_inplace_target(name: str, x: torch.Tensor) -> None:
     if any(st == 0 and sz > 1 for sz, st in zip(x.shape, x.stride())) or (
-        not torch.compiler.is_compiling() and internal_overlap(x)
+        not torch.compiler.is_compiling() and internal_overlap(_in_memory(x))
     ):
         raise ValueError(
             f"inplace=True but {name} has overlapping memory (an expanded or as_strided view whose elements share "
             f"memory, shape {tuple(x.shape)}, strides {x.stride()}); pass a tensor whose elements are distinct"
         )
-    if torch.is_grad_enabled() and x.requires_grad and x.is_leaf:
+    if not (torch.is_grad_enabled() and x.requires_grad):
+        return
+    # what torch's own in-place check refuses (after the kernel wrote, were it left to torch): refused before
+    if x.is_leaf:
         raise ValueError(f"inplace=True but {name} is a leaf tensor that requires grad; use inplace=False")
+    if not torch.compiler.is_compiling() and x._is_view():  # eager: view metadata is not traced
+        base = x._base
+        if base is not None and base.is_leaf:
+            raise ValueError(
+                f"inplace=True but {name} is a view of a leaf tensor that requires grad (shape "
+                f"{tuple(x.shape)} of a leaf of shape {tuple(base.shape)}), which torch does not let be "
+                "modified in place; use inplace=False"
+            )
+        if _multi_output_view(x):
+            raise ValueError(
+                f"inplace=True but {name} is one of several views returned by one call (unbind, split, "
+                "chunk) of a tensor that requires grad, which torch does not let be modified in place; use "
+                "inplace=False (or slice the tensor instead)"
+            )
+
+
+def _multi_output_view(x: torch.Tensor) -> bool:
+    """Whether x is an output of a multi-view call (unbind/split/chunk), which autograd refuses to modify in place.
+    Read from torch's private view metadata; False where this torch has no such accessor (then torch's own check,
+    after the write, is what reports it)."""
+    get = getattr(torch._C._autograd, "_get_creation_meta", None)
+    meta = getattr(getattr(torch._C._autograd, "CreationMeta", None), "MULTI_OUTPUT_NODE", None)
+    if get is None or meta is None:
+        return False
+    try:
+        return bool(get(x) == meta)
+    except RuntimeError:  # not a differentiable view
+        return False
+
+
+def shape_in(shape: torch.Size, candidates: tuple[tuple[int | torch.SymInt, ...], ...]) -> bool:
+    """Whether ``shape`` is one of ``candidates``. Eager: one ``in`` test. Traced with symbolic sizes, dynamo does
+    not decide an ``in`` between tuples of different symbols for the same length (``(s7, 8) == (s34, 8)`` is
+    ``Eq(s7, s34)``, not True), so a failed ``in`` is retried dimension by dimension with ``==``: each comparison
+    is then a guard (the two symbols are unified), and one dynamic graph serves every length."""
+    return shape in candidates or any(
+        len(shape) == len(c) and all(a == b for a, b in zip(shape, c)) for c in candidates
+    )
 
 
 def _check_positions_shape(positions: torch.Tensor, q: torch.Tensor, fmt: str) -> None:
     """positions must be [s] or [b, s] ([t] for "thd") for q of the given format."""
     b, s = _batch_seq(q, fmt)
-    ok = positions.shape in ((s,), (1, s), (b, s)) if fmt != "thd" else positions.shape == (s,)
-    if not ok:
+    if not shape_in(positions.shape, ((s,), (1, s), (b, s)) if fmt != "thd" else ((s,),)):
         want = f"({s},)" if fmt == "thd" else f"({s},) or ({b}, {s})"
         raise ValueError(
             f"positions must have shape {want} for q of shape {tuple(q.shape)}, got {tuple(positions.shape)}"
@@ -158,7 +208,7 @@ def _validate(
     if k is not None:
         _check_qk("k", k, spec, fmt)
         kb, ks = _batch_seq(k, fmt)
-        if (kb, ks) != (b, s) or k.device != q.device:
+        if kb != b or ks != s or k.device != q.device:  # dim by dim: symbolic sizes are compared, not `in`
             if fmt == "thd":  # packed [t, h, d]: tokens, not (batch, seq)
                 raise ValueError(
                     f"k must match q in tokens and device: q has {s} tokens on {q.device}, k has {ks} tokens on "
@@ -178,7 +228,7 @@ def _validate(
         _check_inplace_target("q", q)
         if k is not None:
             _check_inplace_target("k", k)
-            if not torch.compiler.is_compiling() and _share_elements(q, k):
+            if not torch.compiler.is_compiling() and _share_elements(_in_memory(q), _in_memory(k)):
                 raise ValueError("inplace=True but q and k share memory; they would be rotated twice")
 
 
@@ -228,11 +278,12 @@ def _rotate_pair(
 
             # the backend goes with the op (and its backward): backend= is honoured when compiled
             il = layout == "interleaved"
-            if inplace and not x.requires_grad:
+            tables_grad = c.requires_grad or s.requires_grad  # learnable tables: the op saves x for them
+            if inplace and not (x.requires_grad or tables_grad):
                 ops.rotate_inplace_op(x, c, s, r, il, 1, backend)
                 return x
-            if inplace:
-                return x.copy_(ops.rotate_op(x, c, s, r, il, 1, backend))
+            if inplace:  # the differentiable op, written back (on a copy of x when the op saves it)
+                return x.copy_(ops.rotate_op(x.clone() if tables_grad else x, c, s, r, il, 1, backend))
             out: torch.Tensor = ops.rotate_op(x, c, s, r, il, 1, backend)  # a CustomOpDef: typed Any
             return out
         fn = _pick_backend(backend, x)
@@ -310,7 +361,9 @@ def apply_rope(
 
         return apply_rope_axes(q, k, positions, spec, format=format, inplace=inplace, backend=backend)
     compiling = torch.compiler.is_compiling()
-    akey = None if compiling else fastpath.apply_key(q, k, positions, spec, format, inplace, backend)
+    # the stored plans call kernels on raw pointers: never traced, never for dual tensors or under torch.func
+    fast = not (compiling or transforms_active())
+    akey = fastpath.apply_key(q, k, positions, spec, format, inplace, backend) if fast else None
     hit = fastpath.apply_lookup(akey, spec)
     # a stored Triton launch (CUDA) reads the positions itself; a CPU plan reads rows of the shared cache
     if hit is not None and getattr(hit[0], "from_pos", False):
@@ -323,13 +376,13 @@ def apply_rope(
         if out is not None:
             return out
     _validate(q, k, positions, spec, format, inplace, backend)
-    if not compiling and q.device.type == "cuda":  # one launch reads or computes the exact rows: no host sync
+    if fast and q.device.type == "cuda":  # one launch reads or computes the exact rows: no host sync
         fused = fused_positions(q, k, positions, spec, format, inplace, backend, akey)
         if fused is not None:
             return fused
     need64 = q.dtype == torch.float64 or (k is not None and k.dtype == torch.float64)
     cos, sin = _one_d_tables(positions, spec, format, need64, q.device)
-    tkey = None if compiling else fastpath.key(q, k, cos, sin, spec, format, inplace, backend)
+    tkey = fastpath.key(q, k, cos, sin, spec, format, inplace, backend) if fast else None
     out = _rotate_pair(q, k, cos, sin, spec, format, inplace, backend, tkey)
     plan = fastpath.lookup(tkey, spec)
     if plan is not None:
@@ -354,13 +407,24 @@ def apply_rope_tables(
         cos, sin: float32 or float64 tables of shape [s, n] or [b, s, n] ([t, n] for "thd"), n = rotary_dim // 2.
             Their shapes and dtypes are checked, their values are not (a NaN in a table reaches the output): they
             are meant to come from :func:`ropekit.rope_tables` or :class:`Rotary`, and a scan would cost a pass.
+            They may be computed from learnable parameters: tables that require grad are differentiated on every
+            backend (``dL/dcos = g_x x + g_y y``, ``dL/dsin = g_y x - g_x y`` per band, summed over the heads and,
+            for a table shared by the batch, the batch), eagerly and under ``torch.compile``; x is then saved for
+            the backward. Forward-mode AD (dual tensors) and ``torch.func`` transforms differentiate them too.
 
     Repeated calls with the same geometry (decoding) take a prepared one-call path: see
     :mod:`ropekit.rotation.fastpath`.
     """
     fast_key = (
         None
-        if torch.compiler.is_compiling()
+        if (
+            torch.compiler.is_compiling()
+            or transforms_active()  # dual tensors, torch.func: no kernel on raw pointers
+            or (  # tables in an autograd graph: the autograd rule (a stored plan records nothing)
+                (getattr(cos, "requires_grad", False) or getattr(sin, "requires_grad", False))
+                and torch.is_grad_enabled()
+            )
+        )
         else fastpath.key(q, k, cos, sin, spec, format, inplace, backend)
     )
     plan = fastpath.lookup(fast_key, spec)
@@ -370,18 +434,20 @@ def apply_rope_tables(
     _validate(q, k, None, spec, format, inplace, backend)
     b, s = _batch_seq(q, format)
     n = spec.n_bands
+    shapes: tuple[tuple[int | torch.SymInt, ...], ...] = (
+        ((s, n),) if format == "thd" else ((s, n), (1, s, n), (b, s, n))
+    )
     for name, t in (("cos", cos), ("sin", sin)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        shapes = (
-            [(s, n)] if format == "thd" else list(dict.fromkeys([(s, n), (1, s, n), (b, s, n)]))
-        )  # b = 1: once
-        if tuple(t.shape) not in shapes:
-            raise ValueError(f"{name} must have shape {' or '.join(map(str, shapes))}, got {tuple(t.shape)}")
+        if not shape_in(t.shape, shapes):  # dim by dim under torch.compile: symbolic sizes (shape_in)
+            want = " or ".join(map(str, dict.fromkeys(shapes)))  # b = 1: once
+            raise ValueError(f"{name} must have shape {want}, got {tuple(t.shape)}")
         if t.dtype not in (torch.float32, torch.float64):
             raise ValueError(
                 f"{name} must be float32 or float64 (tables are never low precision), got {t.dtype}"
             )
         if t.device != q.device:
             raise ValueError(f"{name} is on {t.device} but q is on {q.device}")
+    _check_transformed(backend, ("cos", cos), ("sin", sin))  # an explicit kernel cannot follow their tangents
     return _rotate_pair(q, k, cos, sin, spec, format, inplace, backend, fast_key)

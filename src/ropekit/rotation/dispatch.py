@@ -7,6 +7,10 @@ otherwise or where a kernel cannot take the tensor (a last dim that is not conti
 built). An explicit backend runs that backend or raises: one that cannot take q or k (their device, dtype, last-dim
 stride, the kernel not built) is refused with a ValueError before anything is written, in eager mode and under
 torch.compile alike.
+
+Dual tensors (forward-mode AD) and tensors under a ``torch.func`` transform (vmap, grad, jvp, ...) are rotated by
+differentiable PyTorch ops under "auto" and "torch" (:mod:`ropekit.rotation.autograd`); the kernels write through
+raw pointers that cannot follow their tangents or wrappers, so an explicit "cpu" or "triton" refuses them.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ropekit.rotation import cpu_backend, torch_backend
+from ropekit.rotation.autograd import transformed
 
 if TYPE_CHECKING:
     from ropekit.spec import RopeSpec
@@ -57,10 +62,27 @@ def _check_backend(backend: str, x: torch.Tensor) -> None:
             )
 
 
+def _check_transformed(backend: str, *named: tuple[str, torch.Tensor | None]) -> None:
+    """Refuse an explicit "cpu" or "triton" backend for tensors that carry a forward-mode tangent or run under a
+    torch.func transform: its kernel would drop the tangent silently (or fail on a wrapper without storage)."""
+    if backend not in ("cpu", "triton") or torch.compiler.is_compiling():  # traced: ops.py's custom ops
+        return
+    for name, x in named:
+        if x is not None and transformed(x):
+            raise ValueError(
+                f"backend={backend!r} cannot rotate {name}: it carries a forward-mode AD tangent "
+                "(torch.autograd.forward_ad) or runs under a torch.func transform (vmap, grad, jvp, ...), which the "
+                "kernel's raw-pointer writes cannot follow; use backend='torch' (or 'auto', which rotates such "
+                "tensors with differentiable PyTorch ops)"
+            )
+
+
 def _check_backend_inputs(backend: str, q: torch.Tensor, k: torch.Tensor | None) -> None:
     """Refuse an explicit "cpu" or "triton" backend that cannot rotate q or k (dtype, last-dim stride, the kernel
-    not built): a ValueError naming the backend, the tensor, the reason and what the backend takes, raised before
-    anything is written. An explicit backend never silently runs another one; "auto" chooses."""
+    not built, a tangent or torch.func wrapper it cannot follow): a ValueError naming the backend, the tensor, the
+    reason and what the backend takes, raised before anything is written. An explicit backend never silently runs
+    another one; "auto" chooses."""
+    _check_transformed(backend, ("q", q), ("k", k))
     if backend == "cpu":
         for name, x in (("q", q), ("k", k)):
             if x is not None and (reason := cpu_backend.unsupported(x)) is not None:
@@ -133,6 +155,12 @@ def _fused_triton(
         return None
     if q.device.type != "cuda" and backend != "triton":
         return None
+    if torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad):
+        return None  # learnable tables: the per-tensor autograd rule differentiates them (ropekit.rotation.autograd)
+    if transformed(
+        q, k, cos, sin
+    ):  # dual tensors, torch.func: differentiable PyTorch ops (explicit "triton" refuses)
+        return None
     grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad)
     if grad and inplace:
         return None
@@ -174,6 +202,8 @@ def fused_positions(
     if k is not None and (k.dtype != q.dtype or (torch.is_grad_enabled() and k.requires_grad)):
         return None
     if torch.is_grad_enabled() and q.requires_grad:
+        return None
+    if transformed(q, k):
         return None
     pos = positions if positions.device == q.device else positions.to(q.device)
     kernels = _positions_kernels(pos, spec)

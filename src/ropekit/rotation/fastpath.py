@@ -4,7 +4,8 @@
 The first call with a given geometry is validated in full and, when the fused CPU kernel applies, leaves a
 prepared :class:`ropekit.rotation.cpu_backend.Plan` keyed by everything validation looked at: the spec (by
 identity), format, in-place flag (a bool: any other value gets no key, so it always meets validation), backend,
-and the dtype/device/shape/strides of q, k, cos and sin, plus whether q and k share storage and at which relative
+and the dtype/device/shape/strides of q, k, cos and sin (each of them: a table on another device than the one
+validated is a bad pointer for the kernel), plus whether q and k share storage and at which relative
 offset. A later call with an equal key skips the Python checks (they would give the same answer) and makes one C
 call. Calls that need autograd, or run under torch.compile, never take this path.
 
@@ -92,6 +93,7 @@ def key(
             cos.shape,
             cos.stride(),
             sin.dtype,
+            sin.device,  # as cos's: a plan validated for CPU tables must never be handed a meta/CUDA sin
             sin.shape,
             sin.stride(),
             kk,
@@ -212,10 +214,13 @@ def run_cached(
 ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
     """A stored plan (built on row views of a table cache) run on the rows of ``cache`` at ``positions`` [*P]
     (CPU, read flat): the kernel reads the rows in place when the positions are contiguous int64 and all cached,
-    else one gather of the rows (growing the cache if needed); None when a position is outside [0, limit), for the
-    caller's exact slow path. Bit-identical to passing the cache's row views as tables (the same rows are read)."""
+    else one gather of the rows (growing the cache if needed); None when a position is outside [0, limit) or the
+    cache's rows are not on the CPU (a module moved to meta after the plan was stored), for the caller's checked
+    slow path. Bit-identical to passing the cache's row views as tables (the same rows are read)."""
     rows = cache.rows
-    if positions.dtype == torch.int64 and positions.is_contiguous() and rows.is_cpu:
+    if not rows.is_cpu:  # moved to meta (or CUDA) since the plan was stored: the caller's checked path
+        return None
+    if positions.dtype == torch.int64 and positions.is_contiguous():
         got = plan.call_gather(q, k, rows, positions)
         if got is not None:
             return got

@@ -41,7 +41,7 @@ from ropekit.rotation.kv_cache_checks import (
     _tensor,
 )
 from ropekit.rotation.kv_cache_kernel import fast_write, kernel_write, plan_key, use_kernel
-from ropekit.spec import RopeSpec
+from ropekit.spec import RopeSpec, require_spec
 from ropekit.table_cache import shared_tables
 
 __all__ = ["rope_cache_write", "rope_paged_cache_write"]
@@ -56,9 +56,11 @@ def _tables(
     shape: tuple[int, ...],
     device: torch.device,
     dtype: torch.dtype = torch.float32,
+    exact: bool = False,
 ) -> Tables:
     """(cos, sin) of shape [*shape, n] (or broadcastable to it) from positions or given tables: float32, or float64
-    for float64 data (``dtype``), so a float64 write is float64-accurate as :func:`ropekit.apply_rope` is."""
+    for float64 data (``dtype``), so a float64 write is float64-accurate as :func:`ropekit.apply_rope` is.
+    Positions must broadcast to ``shape``, or (``exact``) have exactly that shape."""
     n = spec.n_bands
     wide = dtype == torch.float64
     if tables is not None:
@@ -86,8 +88,14 @@ def _tables(
             "of positions (or the default positions)"
         )
     check_positions(positions)
+    if exact and tuple(positions.shape) != shape:
+        raise ValueError(
+            f"positions must have shape {shape} (one position per token of k), got shape {tuple(positions.shape)}"
+        )
     if not _broadcasts(tuple(positions.shape), shape):
         raise ValueError(f"positions of shape {tuple(positions.shape)} do not broadcast to {shape}")
+    if positions.device.type == "meta" and device.type != "meta":  # no values to rotate k by
+        raise ValueError(f"positions are on the meta device (no values) but k is on {device}")
     if wide:
         return rope_tables(positions, spec, dtype=torch.float64, device=device)
     if positions.dtype in INT_DTYPES and positions.device == device and not torch.compiler.is_compiling():
@@ -133,6 +141,7 @@ def rope_cache_write(
     Raises:
         ValueError / TypeError naming the argument, before anything is written.
     """
+    spec = require_spec(spec)
     plan_args = plan_key(
         f"{format}/{cache_format}", k, v, cache_k, cache_v, offsets, q, positions, tables, spec
     )
@@ -208,13 +217,15 @@ def rope_paged_cache_write(
         slots: [T] integer slot per token, 0 <= slot < num_blocks * block_size, no slot twice (padding tokens must
             be dropped by the caller: a negative slot is an error, not a skip).
         spec: the RoPE spec.
-        positions: [T] rotation positions (required unless tables are given).
+        positions: [T] rotation positions, one per token (required unless tables are given; shape (T,) exactly:
+            a single position is not broadcast over the tokens).
         tables: precomputed float32 (cos, sin) broadcastable to [T, n] instead of positions.
         q: [T, Hq, D], rotated in place at the same positions.
 
     Raises:
         ValueError / TypeError naming the argument, before anything is written.
     """
+    spec = require_spec(spec)
     plan_args = plan_key("paged", k, v, cache_k, cache_v, slots, q, positions, tables, spec)
     if plan_args is not None and fast_write(plan_args):
         return q
@@ -246,7 +257,7 @@ def rope_paged_cache_write(
     _check_slots(sl, nb * bs)
     if positions is None and tables is None:
         raise ValueError("rope_paged_cache_write needs positions (or tables): slots are not positions")
-    cos, sin = _tables(spec, positions, tables, (T,), k.device, k.dtype)
+    cos, sin = _tables(spec, positions, tables, (T,), k.device, k.dtype, exact=True)  # [T]: no broadcast
     _no_overlap(
         [("cache_k", ck), ("cache_v", cv)], list(zip(names[:2] + names[4:], xs[:2] + xs[4:], strict=True))
     )

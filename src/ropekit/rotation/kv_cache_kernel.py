@@ -9,7 +9,10 @@ the other tensors at their current addresses -- and then make the one kernel cal
 default ``offsets[b] + s``) the kernel reads the rows of the spec's exact shared cache at each token's position
 (``CW_TB`` in ``kernels/rope_cache_write.h``; positions checked in C before anything is written): bit-identical to
 the validated call's tables, which are row views of that cache. Anything unusual (a bad value, an overlap, a new
-geometry, autograd) falls back to the full path, which validates and raises the usual error.
+geometry, autograd -- k, v, a cache or q requiring grad with grad mode on) falls back to the full path, which
+validates and raises the usual error. Every kernel write bumps the version counters of cache_k, cache_v and q
+(torch does not see writes through raw pointers), so a tensor saved by an autograd node and then written here
+makes that node's backward raise torch's "modified by an inplace operation" error, as a torch in-place op does.
 
 Shapes: as in :mod:`ropekit.rotation.kv_cache` (all tensors seen as bshd views; caches [B or blocks, rows, H, D]).
 """
@@ -24,6 +27,7 @@ import torch
 from ropekit.kernels import cpu_build
 from ropekit.phases import INT_DTYPES
 from ropekit.rotation import cpu_backend
+from ropekit.rotation.cpu_backend import bump_versions
 from ropekit.spec import RopeSpec
 from ropekit.table_cache import TableCache, is_row_view, shared_cache
 
@@ -110,9 +114,17 @@ def fast_write(args: tuple[Any, ...]) -> bool:
         return False
     key = _key(args)
     plan = _PLANS.get(key) if key is not None else None
-    if plan is None or (torch.is_grad_enabled() and any(a.requires_grad for a in args[1:5])):
-        return False
     _, k, v, ck, cv, idx, q, tables, _ = args
+    if plan is None:
+        return False
+    if torch.is_grad_enabled() and (
+        k.requires_grad
+        or v.requires_grad
+        or ck.requires_grad
+        or cv.requires_grad
+        or (q is not None and q.requires_grad)  # q is rotated in place: checked on every call, as k, v, caches
+    ):  # the full path refuses a tensor in an autograd graph with its ValueError
+        return False
     lib = cpu_build.load()
     if lib is None:
         return False
@@ -136,8 +148,10 @@ def fast_write(args: tuple[Any, ...]) -> bool:
             return False
     plan.params[27] = cpu_backend.threads_for(2 * plan.work, k.dtype)
     ptrs = (k.data_ptr(), v.data_ptr(), ck.data_ptr(), cv.data_ptr(), q.data_ptr() if q is not None else None)
+    written = (ck, cv) if q is None else (ck, cv, q)
     if not isinstance(tables[0], str):
         plan.fn(*ptrs, tables[0].data_ptr(), tables[1].data_ptr(), idx.data_ptr(), None, 0, plan.params)
+        bump_versions(written)  # written through raw pointers: as a torch in-place op does
         return True
     # positions: the kernel reads the exact cache rows at them (checked in C before anything is written)
     if plan.cache is None:
@@ -148,7 +162,10 @@ def fast_write(args: tuple[Any, ...]) -> bool:
         sin_ptr = rows.data_ptr() + rows.element_size() * rows.shape[-1]  # a row's sin, n floats after its cos
         return int(plan.fn(*ptrs, rows.data_ptr(), sin_ptr, idx.data_ptr(), tpos, rows.shape[0], plan.params))
 
-    return plan.cache.grown_call(call) == 0  # else the full path: exact tables for these positions
+    if plan.cache.grown_call(call) != 0:  # nothing written: the full path, exact tables for these positions
+        return False
+    bump_versions(written)
+    return True
 
 
 def _table_strides(t: torch.Tensor) -> tuple[int, int]:
@@ -226,6 +243,7 @@ def kernel_write(
         0,
         (ctypes.c_int64 * len(p))(*p),
     )
+    bump_versions((ckb, cvb) if qb is None else (ckb, cvb, qb))  # raw-pointer writes: tell autograd
     if plannable and plan_args is not None and (key := _key(plan_args)) is not None:
         if len(_PLANS) >= _MAX_PLANS:
             _PLANS.clear()

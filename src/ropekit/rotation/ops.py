@@ -2,7 +2,7 @@
 """ropekit's rotation as registered torch custom ops, so ``torch.compile(fullgraph=True)`` sees no graph break.
 
 ``ropekit::rotate`` (out of place, differentiable: its backward is the same op with the opposite sign and the same
-backend) and ``ropekit::rotate_`` (in place, mutates x). Both take the backend name of the call: "auto" picks the
+backend; tables that require grad get :func:`ropekit.rotation.autograd.table_grads`, x then being saved) and ``ropekit::rotate_`` (in place, mutates x). Both take the backend name of the call: "auto" picks the
 best backend for the tensor (fused CPU kernel, Triton on GPUs, PyTorch otherwise); "torch", "cpu" and "triton" run
 that backend and no other (the caller has validated that it can take the tensor; a kernel that cannot raises
 rather than run another backend). Both have fake implementations for tracing. :func:`ropekit.apply_rope` routes
@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from ropekit.rotation.autograd import RawKernel
+from ropekit.rotation.autograd import RawKernel, table_grads
 
 __all__ = ["backend_raw", "rotate_inplace_op", "rotate_op"]
 
@@ -72,22 +72,25 @@ def _rotate_fake(
 
 
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
-    _, cos, sin, rotary_dim, interleaved, sign, backend = inputs
-    ctx.save_for_backward(cos, sin)
+    x, cos, sin, rotary_dim, interleaved, sign, backend = inputs
+    # learnable tables (cos/sin requiring grad) need x in their backward; otherwise only the tables are kept
+    ctx.save_for_backward(cos, sin, x if (cos.requires_grad or sin.requires_grad) else None)
     ctx.rotary_dim, ctx.interleaved, ctx.sign, ctx.backend = rotary_dim, interleaved, sign, backend
 
 
-def _backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None, None, None, None, None]:
-    cos, sin = ctx.saved_tensors
-    return (
-        rotate_op(grad.contiguous(), cos, sin, ctx.rotary_dim, ctx.interleaved, -ctx.sign, ctx.backend),
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-    )
+def _backward(
+    ctx: Any, grad: torch.Tensor
+) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, None, None, None, None]:
+    cos, sin, x = ctx.saved_tensors
+    gx = gcos = gsin = None
+    if ctx.needs_input_grad[0]:
+        gx = rotate_op(grad.contiguous(), cos, sin, ctx.rotary_dim, ctx.interleaved, -ctx.sign, ctx.backend)
+    if x is not None:
+        layout = "interleaved" if ctx.interleaved else "half"
+        gcos, gsin = table_grads(x, grad, cos, sin, ctx.rotary_dim, layout, ctx.sign)
+        gcos = gcos if ctx.needs_input_grad[1] else None
+        gsin = gsin if ctx.needs_input_grad[2] else None
+    return gx, gcos, gsin, None, None, None, None
 
 
 rotate_op.register_autograd(_backward, setup_context=_setup_context)

@@ -7,7 +7,9 @@ program per token block for all heads (HEAD_LOOP). Each program reads its token'
 from the tables given, or from the token's integer position (:mod:`ropekit.rotation.triton_positions`: a row of the spec's
 immutable exact table, or computed exactly in float64 on the fly past its end; no host sync, so the launch can be
 captured in a CUDA graph) -- rotates in float32 and stores in the input dtype. All offsets are int64 (tensors over
-2^31 elements: Liger-Kernel #804). Any strides on batch/seq/head; unit stride on the last dim.
+2^31 elements: Liger-Kernel #804). Any strides on batch/seq/head; unit stride on the last dim. An in-place launch
+bumps the version counters of q and k (torch does not see a kernel's writes), so autograd's saved-tensor check
+sees them as it sees a torch in-place op.
 
 Correctness is tested on the CPU with ``TRITON_INTERPRET=1`` against the float64 reference, and on CUDA devices
 when one is present (tests/ropekit/rotation/test_triton_cuda_paths.py). The auto backend picks this one for CUDA
@@ -26,7 +28,7 @@ from typing import Any, cast
 import torch
 
 from ropekit.rotation.autograd import make_rotate
-from ropekit.rotation.cpu_backend import kernel_tables
+from ropekit.rotation.cpu_backend import bump_versions, kernel_tables
 
 __all__ = [
     "ACCEPTS",
@@ -235,6 +237,8 @@ class Plan:
         _k.rope_kernel[self.grid](
             q, qo, kk, kk if ko is None else ko, t0, t1, rows, consts, slots, *self.args, **self.meta
         )  # fmt: skip
+        if self.inplace:  # raw-pointer writes: bump the version counters, as a torch in-place op does
+            bump_versions((qo,) if ko is None else (qo, ko))
 
     def __call__(
         self, q: torch.Tensor, k: torch.Tensor | None, t0: torch.Tensor, t1: torch.Tensor

@@ -33,11 +33,15 @@ def apply_rope_varlen(
     """Rotate packed documents [t, h, d]; document j's tokens get positions offsets[j] + 0, 1, ...
 
     Raises:
-        ValueError: if cu_seqlens does not end at t (= q.shape[0]) or offsets is not [n] integers.
+        ValueError: if cu_seqlens does not end at t (= q.shape[0]) or offsets is not [n] integers, or either is on
+            the meta device (no values) while q is not (with q on meta, shapes only: meta is fine everywhere).
     """
     if not isinstance(q, torch.Tensor) or q.dim() != 3:
         shape = tuple(q.shape) if isinstance(q, torch.Tensor) else type(q).__name__
         raise ValueError(f"q must be [tokens, heads, head_dim], got {shape}")
+    q_meta = q.device.type == "meta"
+    if isinstance(cu_seqlens, torch.Tensor) and cu_seqlens.device.type == "meta" and not q_meta:
+        raise ValueError(f"cu_seqlens is on the meta device (no values) but q is on {q.device}")
     # checks cu_seqlens and that it ends at q's token count (on the device when traced)
     tok, doc, cu = packed_documents(cu_seqlens, q.shape[0])
     pos = tok - cu[doc]
@@ -52,6 +56,10 @@ def apply_rope_varlen(
                 f"offsets must be an integer tensor ({', '.join(str(d) for d in INT_DTYPES)}) of shape ({n},), "
                 f"got {offsets!r}"
             )
+        if offsets.device.type == "meta":
+            if not q_meta:
+                raise ValueError(f"offsets is on the meta device (no values) but q is on {q.device}")
+            pos, doc = pos.to("meta"), doc.to("meta")  # q on meta: shapes only
         off = offsets.to(pos.device, torch.int64)
         _check_offsets_fit(off, cu)
         pos = pos + off[doc]

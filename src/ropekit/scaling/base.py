@@ -19,40 +19,59 @@ schemes are expressed on the frequencies and positions stay the caller's global 
 from __future__ import annotations
 
 import dataclasses
-import math
-import numbers
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import numpy as np
 import torch
 
-__all__ = ["Linear", "Scaling", "check_number", "check_positive_int", "unchecked"]
+from ropekit.integers import INT64_SPAN, as_int, as_real, past_float64, shown
+
+__all__ = ["Linear", "Scaling", "check_length", "check_number", "check_positive_int", "unchecked"]
 
 T = TypeVar("T")
+
+#: largest head (and rotary) dim ropekit accepts: ``RopeSpec.head_dim`` and the scaling helpers' dims
+MAX_DIM = (1 << 31) - 2
 
 
 def check_number(
     owner: str, name: str, value: object, *, lo: float | None = None, lo_open: bool = False
 ) -> float:
-    """Return ``value`` as a float if it is a finite real number (numpy scalars too; not a bool) and above ``lo``,
-    else raise ValueError."""
-    ok = isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)) and math.isfinite(value)
-    x = float(value) if ok else math.nan  # type: ignore[arg-type]  # ok implies a real number
-    if ok and lo is not None:
+    """Return ``value`` as a Python float if it is a finite real number (numpy scalars too; not a bool) and above
+    ``lo``, else raise ValueError naming ``owner.name``, the range and the value (a huge int shortened, with the
+    float64 range it is beyond)."""
+    x = as_real(value)
+    ok = x is not None
+    if x is not None and lo is not None:
         ok = x > lo if lo_open else x >= lo
     if not ok:
         bound = "" if lo is None else f" {'>' if lo_open else '>='} {lo:g}"
-        raise ValueError(f"{owner}.{name} must be a finite number{bound}, got {value!r}")
-    return x
+        raise ValueError(
+            f"{owner}.{name} must be a finite number{bound}{past_float64(value)}, got {shown(value)}"
+        )
+    return x  # type: ignore[return-value]  # ok implies a float
 
 
-def check_positive_int(owner: str, name: str, value: object) -> int:
-    """Return ``value`` as an int if it is a positive integer (numpy integers too; not a bool), else raise ValueError
-    naming ``owner.name``."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"{owner}.{name} must be a positive int, got {value!r}")
-    return int(value)
+def check_positive_int(owner: str, name: str, value: object, *, high: int | None = None) -> int:
+    """Return ``value`` as a Python int if it is a positive integer (numpy integers and other integer-likes too; not
+    a bool) and at most ``high`` (None: no bound), else raise ValueError naming ``owner.name``."""
+    n = as_int(value)
+    if n is None or n < 1 or (high is not None and n > high):
+        bound = f" (at most {high})" if high is not None and n is not None and n > high else ""
+        raise ValueError(f"{owner}.{name} must be a positive int{bound}, got {shown(value)}")
+    return n
+
+
+def check_length(owner: str, name: str, value: object, *, low: int = 1) -> int:
+    """A context length of a scheme (``max_position_embeddings``, ``original_max_position_embeddings``): an integer
+    in [low, 2**63] (positions are int64, so no length is longer), as a Python int; else ValueError naming
+    ``owner.name``, the range and the value."""
+    n = as_int(value)
+    if n is None or not low <= n <= INT64_SPAN:
+        kind = "a positive int" if low == 1 else f"an int >= {low}"
+        bound = " (at most 2**63: positions are int64)" if n is not None and n > INT64_SPAN else ""
+        raise ValueError(f"{owner}.{name} must be {kind}{bound}, got {shown(value)}")
+    return n
 
 
 def unchecked(cls: type[T], **fields: Any) -> T:

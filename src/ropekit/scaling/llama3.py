@@ -15,8 +15,7 @@ from typing import Any
 
 import torch
 
-from ropekit.integers import whole
-from ropekit.scaling.base import Scaling, check_number
+from ropekit.scaling.base import Scaling, check_length, check_number
 
 __all__ = ["Llama3"]
 
@@ -48,8 +47,7 @@ class Llama3(Scaling):
             )
         object.__setattr__(self, "low_freq_factor", lo)
         object.__setattr__(self, "high_freq_factor", hi)
-        L0 = self.original_max_position_embeddings
-        L0 = whole(L0, 1, f"Llama3.original_max_position_embeddings must be a positive int, got {L0!r}")
+        L0 = check_length("Llama3", "original_max_position_embeddings", self.original_max_position_embeddings)
         object.__setattr__(self, "original_max_position_embeddings", L0)
 
     def scale(

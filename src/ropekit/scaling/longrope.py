@@ -15,12 +15,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from numbers import Real
 from typing import Any
 
 import torch
 
-from ropekit.scaling.base import Scaling, check_number, check_positive_int
+from ropekit.integers import as_real, past_float64, shown
+from ropekit.scaling.base import Scaling, check_length, check_number
 
 __all__ = ["LongRope"]
 
@@ -50,22 +50,25 @@ class LongRope(Scaling):
     def __post_init__(self) -> None:
         for name in ("short_factor", "long_factor"):
             vals = getattr(self, name)
-            ok = isinstance(vals, Sequence) and not isinstance(vals, (str, bytes))
-            ok = ok and all(isinstance(v, Real) and not isinstance(v, bool) for v in vals)
-            try:
-                if not ok:
-                    raise TypeError(name)
-                vals = tuple(check_number("LongRope", name, float(v), lo=0.0, lo_open=True) for v in vals)
-            except (TypeError, ValueError) as e:
-                raise ValueError(
-                    f"LongRope.{name} must be a list of finite numbers > 0, got {getattr(self, name)!r}"
-                ) from e
-            object.__setattr__(self, name, vals)
-        L0 = self.original_max_position_embeddings
-        if isinstance(L0, bool) or not isinstance(L0, int) or L0 < 2:
-            raise ValueError(f"LongRope.original_max_position_embeddings must be an int >= 2, got {L0!r}")
+            if not isinstance(vals, Sequence) or isinstance(vals, (str, bytes)):
+                msg = f"LongRope.{name} must be a list of finite numbers > 0, got {shown(vals, 200)}"
+                raise ValueError(msg)  # noqa: TRY004 - field errors are ValueErrors, as everywhere in scaling
+            out = []
+            for i, v in enumerate(vals):
+                x = as_real(v)
+                if x is None or x <= 0:
+                    raise ValueError(
+                        f"LongRope.{name} must be a list of finite numbers > 0{past_float64(v)}, got {shown(v)} at "
+                        f"index {i} of {len(vals)}"
+                    )
+                out.append(x)
+            object.__setattr__(self, name, tuple(out))
+        L0 = check_length(
+            "LongRope", "original_max_position_embeddings", self.original_max_position_embeddings, low=2
+        )
+        object.__setattr__(self, "original_max_position_embeddings", L0)
         if self.max_position_embeddings is not None:
-            mpe = check_positive_int("LongRope", "max_position_embeddings", self.max_position_embeddings)
+            mpe = check_length("LongRope", "max_position_embeddings", self.max_position_embeddings)
             object.__setattr__(self, "max_position_embeddings", mpe)
         if self.factor is not None:
             object.__setattr__(self, "factor", check_number("LongRope", "factor", self.factor, lo=1.0))

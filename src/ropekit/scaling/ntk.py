@@ -23,8 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ropekit.integers import whole
-from ropekit.scaling.base import Scaling, check_number
+from ropekit.scaling.base import Scaling, check_length, check_number
 
 __all__ = ["NTK", "DynamicNTK"]
 
@@ -90,8 +89,7 @@ class DynamicNTK(Scaling):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "factor", check_number("DynamicNTK", "factor", self.factor, lo=1.0))
-        L = self.max_position_embeddings
-        L = whole(L, 1, f"DynamicNTK.max_position_embeddings must be a positive int, got {L!r}")
+        L = check_length("DynamicNTK", "max_position_embeddings", self.max_position_embeddings)
         object.__setattr__(self, "max_position_embeddings", L)
 
     def check(self, n_bands: int, rotary_dim: int) -> None:

@@ -31,8 +31,8 @@ from typing import Any
 
 import torch
 
-from ropekit.integers import whole
-from ropekit.scaling.base import Scaling, check_number, check_positive_int
+from ropekit.integers import as_int, shown
+from ropekit.scaling.base import MAX_DIM, Scaling, check_length, check_number, check_positive_int
 
 __all__ = ["Yarn", "mla_softmax_scale", "yarn_correction_range", "yarn_mscale"]
 
@@ -68,13 +68,15 @@ def yarn_correction_range(
     bs = check_number(owner, "beta_slow", beta_slow, lo=0.0, lo_open=True)
     if bf < bs:
         raise ValueError(f"{owner}: beta_fast must be >= beta_slow, got beta_fast={bf!r} < beta_slow={bs!r}")
-    if isinstance(rotary_dim, bool) or not isinstance(rotary_dim, int) or rotary_dim < 2 or rotary_dim % 2:
-        raise ValueError(f"{owner}.rotary_dim must be a positive even int, got {rotary_dim!r}")
+    rd = as_int(rotary_dim)
+    if rd is None or not 2 <= rd <= MAX_DIM or rd % 2:
+        big = f" (at most {MAX_DIM})" if rd is not None and rd > MAX_DIM else ""
+        raise ValueError(f"{owner}.rotary_dim must be a positive even int{big}, got {shown(rotary_dim)}")
     base = check_number(owner, "base", base, lo=1.0, lo_open=True)
-    check_positive_int(owner, "original_max", original_max)
+    original_max = check_length(owner, "original_max", original_max)
     if not isinstance(truncate, bool):
         raise TypeError(f"{owner}.truncate must be True or False, got {truncate!r}")
-    return _correction_range(bf, bs, rotary_dim, base, original_max, truncate)
+    return _correction_range(bf, bs, rd, base, original_max, truncate)
 
 
 def _correction_range(
@@ -97,7 +99,7 @@ def mla_softmax_scale(qk_head_dim: int, factor: float, mscale_all_dim: float | N
         ValueError: ``qk_head_dim`` not a positive int, ``factor`` not a finite number >= 1, ``mscale_all_dim``
             neither None nor a finite number >= 0.
     """
-    check_positive_int("mla_softmax_scale", "qk_head_dim", qk_head_dim)
+    qk_head_dim = check_positive_int("mla_softmax_scale", "qk_head_dim", qk_head_dim, high=MAX_DIM)
     factor = check_number("mla_softmax_scale", "factor", factor, lo=1.0)
     if mscale_all_dim is not None:
         mscale_all_dim = check_number("mla_softmax_scale", "mscale_all_dim", mscale_all_dim, lo=0.0)
@@ -136,8 +138,7 @@ class Yarn(Scaling):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "factor", check_number("Yarn", "factor", self.factor, lo=1.0))
-        L0 = self.original_max_position_embeddings
-        L0 = whole(L0, 1, f"Yarn.original_max_position_embeddings must be a positive int, got {L0!r}")
+        L0 = check_length("Yarn", "original_max_position_embeddings", self.original_max_position_embeddings)
         object.__setattr__(self, "original_max_position_embeddings", L0)
         bf = check_number("Yarn", "beta_fast", self.beta_fast, lo=0.0, lo_open=True)
         bs = check_number("Yarn", "beta_slow", self.beta_slow, lo=0.0, lo_open=True)

@@ -95,7 +95,8 @@ def test_a_lab_checkpoint_of_another_size_reports_through_the_cli(
     model = TinyLM(LMConfig(d_model=64, n_heads=2, n_kv_heads=1))
     opt = torch.optim.AdamW(model.parameters())
     ckpt = tmp_path / "small.safetensors"
-    save_checkpoint(ckpt, model, opt, 1, torch.Generator(), {"encoding": "rope", "train_len": 64})
+    meta = {"encoding": "rope", "train_len": 64, "encoding_kw": {}}  # encoding_kw as model_plan records it
+    save_checkpoint(ckpt, model, opt, 1, torch.Generator(), meta)
     assert main(["report", str(ckpt), "--out", str(tmp_path / "r"), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert (
@@ -104,3 +105,84 @@ def test_a_lab_checkpoint_of_another_size_reports_through_the_cli(
     ckpt.write_bytes(ckpt.read_bytes()[:200])  # truncated
     err = _report_error([str(ckpt), "--out", str(tmp_path / "r2")], capsys)
     assert f"lab checkpoint '{ckpt}': not a readable safetensors file" in err
+
+
+class _Trap:
+    """Unpickling this creates the file ``path``: proof that a pickle was loaded."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[object, tuple[str, str]]:
+        return open, (str(self.path), "w")
+
+
+_TINY_CONFIG = {
+    "model_type": "llama",
+    "hidden_size": 32,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 2,
+    "max_position_embeddings": 256,
+    "rope_theta": 10000.0,
+}
+
+
+def test_a_model_folder_with_only_pickle_weights_says_they_were_skipped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Trial finding: config.json + pytorch_model.bin gave a config-only report without a word. Now stderr, the
+    page and the JSON say the weights section was skipped and why; the pickle is never loaded."""
+    import pickle
+
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(_TINY_CONFIG))
+    marker = tmp_path / "unpickled"
+    (folder / "pytorch_model.bin").write_bytes(pickle.dumps(_Trap(marker)))
+    out = tmp_path / "r"
+    assert main(["report", str(folder), "--out", str(out), "--json"]) == 0
+    cap = capsys.readouterr()
+    data = json.loads(cap.out)
+    assert not marker.exists()  # never unpickled
+    assert data["kind"] == "config" and "weights" not in data
+    note = data["weights_note"]
+    assert note.startswith("weights section skipped: the folder's weights are only pytorch_model.bin, pickle")
+    assert "never loads pickle files" in note and "safetensors" in note
+    assert f"ropekit report: {note}" in cap.err
+    assert json.loads((out / "report.json").read_text())["weights_note"] == note
+    page = (out / "index.html").read_text()
+    assert '<section id="weights">' in page and "weights section skipped" in page
+
+
+def test_a_folder_with_only_a_config_gets_no_weights_note(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ropekit.report.sources import resolve
+
+    (tmp_path / "config.json").write_text(json.dumps(_TINY_CONFIG))
+    assert resolve(str(tmp_path)).weights_note is None
+    (tmp_path / "tf_model.h5").write_bytes(b"\x89HDF\r\n")
+    (tmp_path / "training_args.bin").write_bytes(b"\x80\x04.")
+    note = resolve(str(tmp_path)).weights_note
+    assert (
+        note is not None and "only tf_model.h5, training_args.bin, pickle files or TensorFlow / Flax" in note
+    )
+    assert resolve(str(tmp_path), weights=False).weights_note is None  # no weights asked for
+
+
+@pytest.mark.parametrize("where", ["file", "folder"])
+def test_a_binary_source_names_the_argument_the_file_and_what_was_expected(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str
+) -> None:
+    """Trial finding: a non-UTF-8 SOURCE gave a bare "'utf-8' codec can't decode byte 0x80"."""
+    if where == "file":
+        source = bad = tmp_path / "p.json"
+    else:
+        source, bad = tmp_path, tmp_path / "config.json"
+    bad.write_bytes(b"\x80\x04\x95\x00\x00")
+    err = _report_error([str(source), "--out", str(tmp_path / "r")], capsys)
+    assert (
+        f"SOURCE '{bad}' is not a UTF-8 text file, so not a config.json (invalid start byte at byte 0)" in err
+    )
+    assert "SOURCE is a preset name, a config.json, a model folder or a lab checkpoint" in err

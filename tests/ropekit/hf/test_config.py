@@ -378,3 +378,109 @@ def test_to_hf_refuses_what_hf_cannot_express() -> None:
         RopeSpec(4, freqs=(1.0, 0.5)).to_hf()
     with pytest.raises(ValueError, match="proportional"):
         RopeSpec(128, rotary_dim=64, p=0.5).to_hf()
+
+
+# ---------------------------------------------------------------- misspelt top-level RoPE keys
+
+_LLAMA31 = {
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "num_attention_heads": 32,
+    "num_hidden_layers": 2,
+    "max_position_embeddings": 131072,
+    "rope_theta": 500000.0,
+    "rope_scaling": {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("right", "typo", "value"),
+    [
+        ("rope_scaling", "rope_scalling", _LLAMA31["rope_scaling"]),  # the trial: loads unscaled
+        ("rope_scaling", "rope_parameter", _LLAMA31["rope_scaling"]),
+        ("rope_theta", "rope_thetta", 500000.0),
+        ("partial_rotary_factor", "partial_rotary_factr", 0.5),
+        ("original_max_position_embeddings", "original_max_position_embedding", 8192),
+        ("rope_parameters", "rope_paramters", {"rope_type": "default", "rope_theta": 1e6}),
+    ],
+)
+def test_misspelt_top_level_rope_key_is_named_with_a_hint(
+    right: str, typo: str, value: object, tmp_path: object
+) -> None:
+    """transformers ignores a misspelt top-level key silently (the oracle: its rotary module built from the same
+    config.json); ropekit did too. Strict (the default) refuses it with the did-you-mean hint, as it refuses an
+    unknown key inside the rope dict; strict=False warns and reads what transformers reads."""
+    from pathlib import Path
+
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    from tests.ropekit.hf.config_oracle import hf_config
+
+    cfg = {k: v for k, v in _LLAMA31.items() if k != right}
+    if right == "rope_theta":  # llama3 requires a theta: a plain Llama config (transformers' default theta)
+        del cfg["rope_scaling"]
+    cfg[typo] = value
+    suggestion = "rope_parameters" if typo == "rope_parameter" else right
+    hint = rf"did you mean '{suggestion}' for '{typo}'\?"
+    with pytest.raises(
+        ValueError, match=rf"^config has unknown key \['{typo}'\], close to RoPE keys .*{hint}"
+    ):
+        RopeSpec.from_hf(cfg)
+    with pytest.warns(UserWarning, match=rf"{hint}.*\(accepted because strict=False\)"):
+        spec = RopeSpec.from_hf(cfg, strict=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hf = LlamaRotaryEmbedding(hf_config(cfg, Path(str(tmp_path))))
+    want = hf.inv_freq.to(torch.float64)
+    got = spec.frequencies()
+    assert got.shape == want.shape
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=0)  # transformers forms its table in float32
+
+
+def test_real_configs_of_every_transformers_family_have_no_near_miss_keys() -> None:
+    """A config.json has many top-level keys unrelated to RoPE: the near-miss check must not trip on any real one.
+    Oracle: the configs transformers itself builds (every config class it ships, with its defaults: a superset of
+    every family ropekit supports, VL families included), as objects and as ``to_dict()``; whatever else from_hf
+    says about them (a missing layer_type, a family it refuses), it is not a near-miss key."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    from ropekit.hf.config_vl import VL_FAMILIES
+
+    built = set()
+    for mt in list(CONFIG_MAPPING.keys()):
+        if not _has_rope_fields(CONFIG_MAPPING[mt]):
+            continue
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                obj = CONFIG_MAPPING[mt]()
+        except Exception:  # noqa: BLE001, S112 - a config class that cannot build with its defaults
+            continue
+        for src in (obj, obj.to_dict()):
+            for strict in (True, False):
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    try:
+                        RopeSpec.from_hf(src, strict=strict)
+                    except (ValueError, TypeError) as e:
+                        assert "close to RoPE keys" not in str(e), (mt, str(e))
+                assert not [w for w in caught if "close to RoPE keys" in str(w.message)], mt
+        built.add(mt)
+    assert len(built) > 200 and {"llama", "gemma3_text", "gpt_neox", "deepseek_v3", "phi3"} <= built
+    assert set(VL_FAMILIES) - {"ernie4_5_moe_vl"} <= built  # ernie4_5_moe_vl: Baidu's remote-code name
+
+
+def _has_rope_fields(cls: type) -> bool:
+    """Whether a transformers config class declares a RoPE field (``rope_*`` / ``rotary_*``) or a text config (VL
+    and other composite configs): the classes from_hf can read (the others are skipped: building all ~800 costs
+    a minute)."""
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        names |= set(getattr(klass, "__annotations__", {}))
+    return "text_config" in names or any("rope" in n or "rotary" in n for n in names)

@@ -161,3 +161,61 @@ def test_zero_one_masks_of_any_dtype_agree() -> None:
     for dtype in (torch.bool, torch.int32, torch.float32):
         got = mrope_position_ids(types_, attention_mask=mask.to(dtype), **grids)
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), dtype
+
+
+_I64_MAX = 2**63 - 1
+
+
+@pytest.mark.parametrize(
+    ("deltas", "past", "seq_len", "batch"),
+    [
+        ([[3]], 2**63 - 2, 1, None),  # the trial: wrapped to -2**63 + 1
+        ([[2**62]], 2**62, 1, None),  # wrapped to -2**63
+        ([[0]], _I64_MAX, 2, None),  # the second new token passes int64
+        ([[0], [5]], [7, 2**63 - 5], 1, None),  # only row 1 passes it
+        ([[0], [1]], [0, 0, 0, _I64_MAX], 1, 4),  # beams: row 3 reads delta row 1
+    ],
+)
+def test_decode_refuses_ids_past_int64(
+    deltas: list[list[int]], past: int | list[int], seq_len: int, batch: int | None
+) -> None:
+    """Oracle: the ids in Python integers (exact), past + k + delta on each row (deltas repeated for beams).
+    ids past 2^63 - 1 used to wrap silently to large negative ids (int64 addition)."""
+    rows = batch or len(deltas)
+    per_row = [deltas[i // (rows // len(deltas))][0] for i in range(rows)]
+    starts = past if isinstance(past, list) else [past] * rows
+    exact = [[p + k + d for k in range(seq_len)] for p, d in zip(starts, per_row)]
+    assert max(max(r) for r in exact) > _I64_MAX  # the case really passes int64
+    past_arg = torch.tensor(past) if isinstance(past, list) else past
+    with pytest.raises(
+        ValueError, match=r"M-RoPE ids overflow int64: past_length=\d+.* rope_deltas\[\d\]=\d+"
+    ):
+        mrope_decode_positions(torch.tensor(deltas), past_arg, seq_len, batch=batch)
+
+
+@pytest.mark.parametrize(
+    ("deltas", "past", "seq_len"),
+    [([[3]], 2**63 - 4, 1), ([[-3], [2]], [2**63 - 1, 2**63 - 3], 1), ([[0]], _I64_MAX - 1, 2)],
+)
+def test_decode_ids_up_to_int64_max_are_exact(
+    deltas: list[list[int]], past: int | list[int], seq_len: int
+) -> None:
+    """Positive control: ids that reach exactly 2^63 - 1 are built, equal to the Python-integer oracle."""
+    starts = past if isinstance(past, list) else [past] * len(deltas)
+    want = [[p + k + d[0] for k in range(seq_len)] for p, d in zip(starts, deltas)]
+    past_arg = torch.tensor(past) if isinstance(past, list) else past
+    got = mrope_decode_positions(torch.tensor(deltas), past_arg, seq_len)
+    assert all(got[a].tolist() == want for a in range(3))
+
+
+def test_decode_refuses_a_past_length_past_int64() -> None:
+    with pytest.raises(ValueError, match=r"past_length=9223372036854775808 is past int64"):
+        mrope_decode_positions(torch.tensor([[0]]), 2**63, 0)
+
+
+def test_numpy_integer_batch_and_start_are_ints() -> None:
+    """A numpy int batch (beam expansion) gives the ids a Python int does; bools stay refused (above)."""
+    np = pytest.importorskip("numpy")
+    want = mrope_decode_positions(DELTAS, 10, batch=2 * DELTAS.shape[0])
+    got = mrope_decode_positions(DELTAS, 10, batch=np.int64(2 * DELTAS.shape[0]))
+    assert torch.equal(got, want)

@@ -241,3 +241,82 @@ def test_without_a_compiler_it_falls_back_with_one_message(tmp_path) -> None:
     assert len(res["warnings"]) == 1 and "pure-PyTorch backend" in res["warnings"][0]
     res = _probe({"ROPEKIT_DISABLE_CPU_KERNEL": "1"})
     assert not res["available"] and "disabled" in res["reason"]
+
+
+_SAVED = "modified by an inplace operation"
+
+
+def _saved(x: torch.Tensor) -> torch.Tensor:
+    """A loss whose backward reads x as it is now (mul saves x for w's gradient)."""
+    return (torch.randn_like(x, requires_grad=True) * x).sum()
+
+
+@pytest.mark.parametrize("call", ["raw_rotate", "run", "call_packed", "call_gather", "call_axes"])
+def test_every_in_place_kernel_call_bumps_the_version_counter(
+    monkeypatch: pytest.MonkeyPatch, call: str
+) -> None:
+    """Each entry of the kernel that writes in place through a raw pointer (the one-off call and every prepared
+    plan call, which the stored-plan fast paths make) bumps the version counters of what it wrote, as torch's
+    in-place ops do: a saved tensor rotated in place makes backward raise (backend="torch", the oracle, raises the
+    same), instead of a silently wrong gradient. A spy checks that the entry was taken."""
+    from ropekit.axes import AxisMap
+    from ropekit.rotation import axis_plan, fastpath
+
+    taken: list[str] = []
+    if call != "raw_rotate":
+        real = getattr(cpu_backend.Plan, call)
+
+        def spy(self: cpu_backend.Plan, *a: object) -> object:
+            got = real(self, *a)
+            if not isinstance(got, int) and got is not None:
+                taken.append(call)
+            return got
+
+        monkeypatch.setattr(cpu_backend.Plan, call, spy)
+    else:  # raw_rotate is bound inside cpu_backend.rotate: spy on the table check it makes first
+        real_tables = cpu_backend.kernel_tables
+
+        def spy_tables(cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            taken.append(call)
+            return real_tables(cos, sin)
+
+        monkeypatch.setattr(cpu_backend, "kernel_tables", spy_tables)
+    fastpath._PLANS.clear()
+    fastpath._APPLY.clear()
+    axis_plan._PLANS.clear()
+    spec = RopeSpec(16, base=1e4)
+    aspec = RopeSpec(16, base=1e4, axes=AxisMap.contiguous((2, 3, 3)))
+    for backend in ("torch", "cpu"):  # the oracle first
+        for _ in range(3):  # the first call validates and stores a plan; the next ones run it
+            q, k = torch.randn(2, 5, 4, 16), torch.randn(2, 5, 2, 16)
+            losses = (_saved(q), _saved(k))
+            if call == "raw_rotate":  # the one-off kernel call (no plan: q in bf16, tables in float64)
+                q, k = q.bfloat16(), k.bfloat16()
+                losses = (_saved(q), _saved(k))
+                cos, sin = rope_tables(torch.arange(5), spec, dtype=torch.float64)
+                apply_rope_tables(q, k, cos, sin, spec, inplace=True, backend=backend)
+            elif call == "run":
+                cos, sin = rope_tables(torch.arange(5) + 7, spec)
+                apply_rope_tables(q, k, cos, sin, spec, inplace=True, backend=backend)
+            elif call == "call_gather":  # int64 contiguous positions: the kernel reads the cache rows
+                apply_rope(q, k, torch.arange(5) + 7, spec, inplace=True, backend=backend)
+            elif call == "call_packed":  # int32 positions: one gather of the rows, then the packed call
+                apply_rope(q, k, torch.arange(5, dtype=torch.int32) + 7, spec, inplace=True, backend=backend)
+            else:
+                pos = torch.stack([torch.arange(5), torch.arange(5) * 2, torch.arange(5) + 1])
+                apply_rope(q, k, pos, aspec, inplace=True, backend=backend)
+            for loss in losses:
+                with pytest.raises(RuntimeError, match=_SAVED):
+                    loss.backward()
+    assert taken, f"the {call} entry was never taken"
+
+
+def test_raw_rotate_bumps_only_in_place() -> None:
+    """Out of place the input is not written: its version counter stays (as with torch's out-of-place ops)."""
+    x = torch.randn(2, 5, 4, 16)
+    cos, sin = rope_tables(torch.arange(5), RopeSpec(16))
+    v0 = x._version
+    cpu_backend.raw_rotate(x, cos[:, None], sin[:, None], 16, "half", False)
+    assert x._version == v0
+    cpu_backend.raw_rotate(x, cos[:, None], sin[:, None], 16, "half", True)
+    assert x._version > v0

@@ -5,6 +5,8 @@ pairs, partial rotary, float32/bfloat16, GQA, the C kernel and the PyTorch path,
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -183,3 +185,101 @@ def test_k_and_v_interleaved_per_block_are_accepted() -> None:
     assert not flat_k[others].any() and not flat_v[others].any()
     with pytest.raises(ValueError, match="overlap in memory"):
         rope_paged_cache_write(k, v, kv[:, 0], kv[:, 0, :, :, :], slots, spec, positions=pos)
+
+
+@pytest.mark.parametrize("mode", ["tables", "positions"])
+def test_paged_written_tensors_bump_their_version_counters(backend: str, mode: str) -> None:
+    """cache_k, cache_v and q are written in place: a tensor saved by another node and then written makes backward
+    raise, as with torch's in-place ops (the PyTorch path, ``backend="torch"``, is the oracle), on the validated
+    call and on the prepared-plan calls after it."""
+    from ropekit.rotation import kv_cache_kernel
+
+    kv_cache_kernel._PLANS.clear()
+    spec = RopeSpec(8, base=BASE)
+    ck, cv = torch.zeros(4, 4, 2, 8), torch.zeros(4, 4, 2, 8)
+    for step in range(3):
+        k, v, q = torch.randn(3, 2, 8), torch.randn(3, 2, 8), torch.randn(3, 4, 8)
+        slots, pos = torch.tensor([step, 5 + step, 10 + step]), torch.tensor([4, 9, 14]) + step
+        kw: dict[str, object] = {"tables": rope_tables(pos, spec)} if mode == "tables" else {"positions": pos}
+        ws = [torch.randn_like(t, requires_grad=True) for t in (ck, cv, q)]
+        losses = [(w * t).sum() for w, t in zip(ws, (ck, cv, q), strict=True)]
+        rope_paged_cache_write(k, v, ck, cv, slots, spec, q=q, **kw)  # type: ignore[arg-type]
+        for name, loss in zip(("cache_k", "cache_v", "q"), losses, strict=True):
+            try:
+                loss.backward()
+            except RuntimeError as e:
+                assert "modified by an inplace operation" in str(e), name
+            else:
+                pytest.fail(
+                    f"call {step}: backward ran on {name} written in place (its saved value is stale)"
+                )
+    if backend == "kernel":
+        assert kv_cache_kernel._PLANS  # the later calls had a plan
+
+
+def test_paged_q_in_an_autograd_graph_is_refused_also_after_a_plan() -> None:
+    """As for the contiguous write: after a no_grad call leaves a plan, q in an autograd graph is still refused
+    with the full path's ValueError (the oracle: a fresh call's), and nothing is written."""
+    from ropekit.rotation import kv_cache_kernel
+
+    kv_cache_kernel._PLANS.clear()
+    spec = RopeSpec(8, base=BASE)
+    k, v = torch.randn(3, 2, 8), torch.randn(3, 2, 8)
+    ck, cv = torch.zeros(4, 4, 2, 8), torch.zeros(4, 4, 2, 8)
+    slots, pos = torch.tensor([0, 5, 10]), torch.tensor([4, 9, 14])
+    x = torch.randn(3, 4, 8, requires_grad=True)
+    with pytest.raises(ValueError, match="q requires grad") as fresh:
+        rope_paged_cache_write(k, v, ck, cv, slots, spec, positions=pos, q=x * 1.0)
+    with torch.no_grad():
+        rope_paged_cache_write(
+            k, v, ck, cv, slots, spec, positions=pos, q=torch.randn(3, 4, 8, requires_grad=True)
+        )
+    q = x * 1.0
+    q0, before = q.detach().clone(), ck.clone()
+    with pytest.raises(ValueError, match="q requires grad") as planned:
+        rope_paged_cache_write(k, v, ck, cv, slots, spec, positions=pos, q=q)
+    assert str(planned.value) == str(fresh.value)
+    assert torch.equal(q.detach(), q0) and torch.equal(ck, before)
+
+
+@pytest.mark.parametrize("shape", [(1,), (), (1, 3), (3, 1), (2,)])
+def test_paged_positions_must_be_one_per_token(backend: str, shape: tuple[int, ...]) -> None:
+    """positions are [T] (one per token): a single position is not broadcast over the tokens (that rotated every
+    token at it), nor is any other shape taken; the error names positions, its shape and the expected one, and
+    nothing is written. The oracle of the accepted shape: the float64 rotation at the T positions."""
+    spec = RopeSpec(8, base=BASE)
+    k, v, q = torch.randn(3, 2, 8), torch.randn(3, 2, 8), torch.randn(3, 4, 8)
+    ck, cv = torch.zeros(4, 4, 2, 8), torch.zeros(4, 4, 2, 8)
+    slots = torch.tensor([0, 5, 10])
+    q0 = q.clone()
+    bad = torch.full(shape, 7, dtype=torch.int64)
+    msg = rf"positions must have shape \(3,\) \(one position per token of k\), got shape {re.escape(str(shape))}"
+    with pytest.raises(ValueError, match=msg):
+        rope_paged_cache_write(k, v, ck, cv, slots, spec, positions=bad, q=q)
+    assert not ck.any() and not cv.any() and torch.equal(q, q0)
+    pos = torch.tensor([7, 8, 9])
+    rope_paged_cache_write(k, v, ck, cv, slots, spec, positions=pos, q=q)
+    close(ck.reshape(16, 2, 8)[slots], rope64(k, pos, 8, "half"))
+    close(q, rope64(q0, pos, 8, "half"))
+
+
+@pytest.mark.parametrize("spec", [None, {"head_dim": 8}])
+def test_paged_spec_must_be_a_rope_spec(spec: object) -> None:
+    k = torch.randn(1, 1, 8)
+    ck, cv = torch.zeros(1, 4, 1, 8), torch.zeros(1, 4, 1, 8)
+    rope_paged_cache_write(
+        k, k, ck.clone(), cv.clone(), torch.tensor([0]), RopeSpec(8), positions=torch.tensor([0])
+    )
+    with pytest.raises(TypeError, match=f"spec must be a ropekit.RopeSpec, got {type(spec).__name__}"):
+        rope_paged_cache_write(k, k, ck, cv, torch.tensor([0]), spec, positions=torch.tensor([0]))  # type: ignore[arg-type]
+    assert not ck.any() and not cv.any()
+
+
+def test_paged_meta_positions_are_refused() -> None:
+    k = torch.randn(3, 2, 8)
+    ck, cv = torch.zeros(4, 4, 2, 8), torch.zeros(4, 4, 2, 8)
+    with pytest.raises(ValueError, match="positions are on the meta device .no values. but k is on cpu"):
+        rope_paged_cache_write(
+            k, k, ck, cv, torch.tensor([0, 1, 2]), RopeSpec(8), positions=torch.arange(3, device="meta")
+        )
+    assert not ck.any() and not cv.any()

@@ -125,3 +125,31 @@ def test_int64_offsets_beyond_2_31_elements(backend: str) -> None:
     apply_rope(x, None, torch.tensor([[3], [4]], device=DEVICE), RopeSpec(64), inplace=True, backend=backend)
     torch.testing.assert_close(x.double().cpu(), ref, rtol=0, atol=2e-3)
     del big
+
+
+@pytest.mark.parametrize("with_k", [False, True])
+def test_in_place_launches_bump_the_version_counters(with_k: bool) -> None:
+    """A launch writes through raw pointers: in place it bumps the version counters of q and k, as torch's in-place
+    ops do, so a saved tensor rotated in place makes backward raise (as the PyTorch backend's in-place rotation
+    makes it raise: the oracle); out of place nothing is bumped. The repeat goes through the stored launch."""
+    spec = RopeSpec(16, base=1e4)
+    cos = torch.rand(1, 5, 8, dtype=torch.float64).to(DEVICE, torch.float32)
+    sin = torch.rand(1, 5, 8, dtype=torch.float64).to(DEVICE, torch.float32)
+    for rotate in ("torch", "triton", "triton"):
+        q, k = _x((2, 5, 4, 16), torch.float32), _x((2, 5, 2, 16), torch.float32)
+        wq, wk = torch.randn_like(q, requires_grad=True), torch.randn_like(k, requires_grad=True)
+        losses = [(wq * q).sum()] + ([(wk * k).sum()] if with_k else [])
+        if rotate == "torch":  # the oracle: the PyTorch backend's in-place rotation
+            from ropekit.rotation import torch_backend
+
+            for x in (q, k) if with_k else (q,):
+                torch_backend.raw_rotate(x, cos[:, :, None], sin[:, :, None], 16, spec.layout, True)
+        else:
+            triton_backend.rotate_qk(q, k if with_k else None, cos, sin, 16, spec.layout, True)
+        for loss in losses:
+            with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+                loss.backward()
+    q, k = _x((2, 5, 4, 16), torch.float32), _x((2, 5, 2, 16), torch.float32)
+    versions = q._version, k._version
+    triton_backend.rotate_qk(q, k if with_k else None, cos, sin, 16, spec.layout, False)
+    assert (q._version, k._version) == versions

@@ -193,3 +193,116 @@ def test_numpy_scalars_are_numbers() -> None:
     json.dumps(Linear(np.float32(2.0)).to_hf())  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="must be a finite number >= 1, got"):
         Linear(np.bool_(True))  # type: ignore[arg-type]
+
+
+def test_longrope_lengths_take_numpy_integers() -> None:
+    """LongRope refused np.int64 for original_max_position_embeddings (the trial) while DynamicNTK, Yarn and Llama3
+    took it. Now the same scheme as from Python ints (stored as int: equal, same hash, JSON-serialisable to_hf), and
+    its attention factor is the formula's (oracle: sqrt(1 + ln s / ln L0) in Python float64)."""
+    import json
+
+    import numpy as np
+
+    got = LongRope(_SHORT, _LONG, np.int64(4096), max_position_embeddings=np.int32(16384))  # type: ignore[arg-type]
+    want = LongRope(_SHORT, _LONG, 4096, max_position_embeddings=16384)
+    assert got == want and hash(got) == hash(want)
+    assert type(got.original_max_position_embeddings) is int and type(got.max_position_embeddings) is int
+    assert got.attention_factor == math.sqrt(1 + math.log(16384 / 4096) / math.log(4096))
+    json.dumps(got.to_hf())
+    with pytest.raises(
+        ValueError, match=r"LongRope.original_max_position_embeddings must be an int >= 2, got np.int64\(1\)$"
+    ):
+        LongRope(_SHORT, _LONG, np.int64(1), factor=2.0)  # type: ignore[arg-type]
+    with pytest.raises(
+        ValueError, match=r"LongRope.original_max_position_embeddings must be an int >= 2, got True"
+    ):
+        LongRope(_SHORT, _LONG, True, factor=2.0)  # type: ignore[arg-type]
+
+
+_HUGE = 10**400
+_SHOWN = re.escape("10000000...0000 (401 digits)")
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: _linear(_HUGE), r"^Linear\.factor must be a finite number >= 1 \(beyond the float64 range"),
+        (lambda: NTK(factor=_HUGE), r"^NTK\.factor must be a finite number >= 1 \(beyond the float64 range"),
+        (lambda: NTK(alpha=_HUGE), r"^NTK\.alpha must be a finite number >= 1 \(beyond the float64 range"),
+        (lambda: Yarn(_HUGE, 4096), r"^Yarn\.factor must be a finite number >= 1 \(beyond the float64 range"),
+        (lambda: Yarn(2.0, 4096, beta_fast=_HUGE), r"^Yarn\.beta_fast must be a finite number > 0 \(beyond"),
+        (
+            lambda: LongRope(_SHORT, _LONG, 4096, factor=_HUGE),
+            r"^LongRope\.factor must be a finite number >= 1 \(",
+        ),
+        (
+            lambda: LongRope((1.0, _HUGE, 1.0, 1.0), _LONG, 4096, factor=2.0),
+            r"^LongRope\.short_factor must be a list of finite numbers > 0 \(beyond the float64 range, ~1\.8e308\), got "
+            + _SHOWN
+            + " at index 1 of 4$",
+        ),
+        (
+            lambda: yarn_mscale(_HUGE),
+            r"^yarn_mscale\.scale must be a finite number > 0 \(beyond the float64 range",
+        ),
+        (
+            lambda: mla_softmax_scale(_HUGE, 2.0, 1.0),
+            r"^mla_softmax_scale\.qk_head_dim must be a positive int \(at",
+        ),
+        (
+            lambda: yarn_correction_range(32, 1, _HUGE, 1e4, 4096),
+            r"^yarn_correction_range\.rotary_dim must be a pos",
+        ),
+        (
+            lambda: yarn_correction_range(32, 1, 64, _HUGE, 4096),
+            r"^yarn_correction_range\.base must be a finite num",
+        ),
+    ],
+)
+def test_huge_ints_are_refused_naming_the_field(build: object, message: str) -> None:
+    """A 400-digit int used to escape as a bare OverflowError ("int too large to convert to float") from
+    math.isfinite or later arithmetic. Oracle of the range: float() itself overflows on it."""
+    with pytest.raises(OverflowError):
+        float(_HUGE)
+    with pytest.raises(ValueError, match=message) as e:
+        build()  # type: ignore[operator]
+    assert len(str(e.value)) < 300  # shortened, not 400 digits
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda n: _dynamic(2.0, n),
+        lambda n: Yarn(2.0, n),
+        lambda n: _llama3(n),
+        lambda n: LongRope(_SHORT, _LONG, n, factor=2.0),
+        lambda n: LongRope(_SHORT, _LONG, 4096, max_position_embeddings=n),
+        lambda n: yarn_correction_range(32, 1, 64, 1e4, n),
+    ],
+    ids=["DynamicNTK", "Yarn", "Llama3", "LongRope-L0", "LongRope-max", "yarn_correction_range"],
+)
+def test_lengths_past_int64_are_refused(build: object) -> None:
+    """Positions are int64, so no context length exceeds 2**63; 2**63 itself is accepted. Past it the schemes'
+    arithmetic overflowed (OverflowError from int / float) or computed silently with an impossible length."""
+    build(2**63)  # type: ignore[operator]
+    for n in (2**63 + 1, _HUGE):
+        with pytest.raises(ValueError, match=r"\(at most 2\*\*63: positions are int64\), got "):
+            build(n)  # type: ignore[operator]
+
+
+def _linear(x: object) -> object:
+    from ropekit.scaling import Linear
+
+    return Linear(x)  # type: ignore[arg-type]
+
+
+def _dynamic(factor: float, n: object) -> object:
+    from ropekit.scaling import DynamicNTK
+
+    return DynamicNTK(factor, n)  # type: ignore[arg-type]
+
+
+def _llama3(n: object) -> object:
+    from ropekit.scaling import Llama3
+
+    return Llama3(8.0, 1.0, 4.0, n)  # type: ignore[arg-type]
