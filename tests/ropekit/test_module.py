@@ -10,6 +10,7 @@ from torch import nn
 
 from ropekit import RopeSpec, Rotary, apply_rope, apply_rope_tables, rope_tables
 from ropekit.scaling import LongRope, Yarn
+from tests.isolated import run_isolated
 from tests.oracles import reference_rope, theta
 
 SPEC = RopeSpec(head_dim=32, rotary_dim=24, base=500_000.0)
@@ -194,25 +195,7 @@ def axes_slots(spec: RopeSpec) -> list[int]:
 
 
 # ---------------------------------------------------------------- a module or positions on meta, q with values
-def _run(code: str) -> dict[str, object]:
-    """Run ``code`` in a fresh interpreter (a crash there must not take the test run with it); its last stdout
-    line is JSON."""
-    import json
-    import subprocess
-    import sys
-    import textwrap
-    from pathlib import Path
-
-    r = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        check=False,
-        text=True,
-        timeout=300,
-        cwd=Path(__file__).resolve().parents[2],  # the repository root: `tests.oracles` imports from there
-    )
-    assert r.returncode == 0, f"the process died (rc {r.returncode}): {r.stderr[-2000:]}"
-    return json.loads(r.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+_run = run_isolated
 
 
 @pytest.mark.parametrize("how", ["built_on_meta", "moved_to_meta"])

@@ -17,9 +17,17 @@ Shapes: none (configuration only).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-__all__ = ["CONTEXT_KEYS", "DEFAULT_CONTEXTS", "config_context", "declared_context", "text_part"]
+__all__ = [
+    "CONTEXT_KEYS",
+    "DEFAULT_CONTEXTS",
+    "config_context",
+    "config_text",
+    "declared_context",
+    "text_part",
+]
 
 #: families whose transformers config stores ``max_position_embeddings`` under another name (its ``attribute_map``)
 CONTEXT_KEYS: dict[str, str] = {
@@ -149,3 +157,16 @@ def config_context(config: dict[str, Any]) -> tuple[int, str | None]:
         else f"ropekit does not know transformers' default for model_type {model_type or None!r}"
     )
     raise ValueError(f"config {key} (the context length) {state} and {known}")
+
+
+def config_text(path: Path, expected: str) -> str:
+    """The text of a config file SOURCE names (``inspect``, ``precision`` and ``report`` read it alike); a binary
+    file (a pickle, a .bin, safetensors under another name) is refused naming the file and ``expected`` (what
+    SOURCE may be), not with a bare codec error."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(
+            f"SOURCE {str(path)!r} is not a UTF-8 text file, so not a config.json ({e.reason} at byte {e.start}); "
+            f"SOURCE is {expected}"
+        ) from None

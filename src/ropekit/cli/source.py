@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ropekit.analysis.compare import SCHEMES, build_scheme
-from ropekit.analysis.config_context import config_context, declared_context, text_part
+from ropekit.analysis.config_context import config_context, config_text, declared_context, text_part
 from ropekit.analysis.layers import LayerView, layer_views
 from ropekit.presets import PRESETS, get_preset
 from ropekit.scaling import DynamicNTK, Scaling
@@ -188,13 +188,11 @@ def resolve_views(args: argparse.Namespace) -> tuple[str | None, list[LayerView]
         raise ValueError(
             f"{args.source!r} is neither a preset ({', '.join(PRESETS)}), a config.json file nor a model folder"
         )
+    text = config_text(
+        path, f"a preset name ({', '.join(PRESETS)}), a config.json or a model folder holding one"
+    )
     try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as e:  # a binary file passed by mistake: a pickle, a .bin, a safetensors ...
-        raise ValueError(
-            f"SOURCE {str(path)!r} is not a UTF-8 text file, so not a config.json ({e.reason} at byte {e.start}); "
-            f"SOURCE is a preset name ({', '.join(PRESETS)}), a config.json or a model folder holding one"
-        ) from None
+        cfg = json.loads(text)
     except json.JSONDecodeError as e:
         raise ValueError(f"{args.source!r} is not valid JSON: {e}") from None
     if not isinstance(cfg, dict):

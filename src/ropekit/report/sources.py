@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ropekit.analysis.config_context import config_context, declared_context, text_part
+from ropekit.analysis.config_context import config_context, config_text, declared_context, text_part
 from ropekit.analysis.layers import LayerView, layer_views
 from ropekit.analysis.softmax_scale import logit_scale
 from ropekit.analysis.weights import WeightAnalysis
@@ -141,13 +141,10 @@ def _views(cfg: dict[str, Any], context: int, path: Path) -> list[LayerView]:
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as e:  # a binary file: a pickle, a .bin, safetensors under another name ...
-        raise ValueError(
-            f"SOURCE {str(path)!r} is not a UTF-8 text file, so not a config.json ({e.reason} at byte "
-            f"{e.start}); SOURCE is a preset name, a config.json, a model folder or a lab checkpoint "
-            "(.safetensors)"
-        ) from None
+        text = config_text(
+            path, "a preset name, a config.json, a model folder or a lab checkpoint (.safetensors)"
+        )
+        cfg = json.loads(text)
     except (OSError, json.JSONDecodeError) as e:
         raise ValueError(f"SOURCE {str(path)!r}: cannot read it as JSON ({e})") from None
     if not isinstance(cfg, dict):

@@ -4,36 +4,19 @@ missing from the key: a sin moved to meta reached the C kernel as a bad pointer 
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
-
 import pytest
 import torch
 
 from ropekit import RopeSpec, apply_rope_tables, rope_tables
 from ropekit.kernels import cpu_build
 from ropekit.rotation import fastpath
+from tests.isolated import run_isolated
 from tests.oracles import reference_rope
 
 SPEC = RopeSpec(head_dim=8)
 
 
-def _run(code: str) -> dict[str, object]:
-    """Run ``code`` in a fresh interpreter (a crash there must not take the test run with it); its last stdout
-    line is JSON."""
-    r = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        check=False,
-        text=True,
-        timeout=300,
-        cwd=Path(__file__).resolve().parents[3],  # the repository root: `tests.oracles` imports from there
-    )
-    assert r.returncode == 0, f"the process died (rc {r.returncode}): {r.stderr[-2000:]}"
-    return json.loads(r.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+_run = run_isolated
 
 
 @pytest.mark.skipif(cpu_build.load() is None, reason="no C compiler: no prepared plans")
