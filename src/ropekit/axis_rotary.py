@@ -62,8 +62,8 @@ def cached_axis_tables(
         or pos.device.type == "meta"
         or dev.type == "cuda"  # one Triton launch reads each band's axis position (no host sync)
         or torch.compiler.is_compiling()  # traced: the gather reads the growing cache (host syncs, C call)
-    ):
-        return axis_tables(pos, spec, device=dev)
+    ):  # meta positions give meta tables (shapes only): a meta call of a module that lives on the CPU
+        return axis_tables(pos, spec, device="meta" if pos.device.type == "meta" else dev)
     cache = getattr(rotary, "_cache", None)  # ropekit.table_cache.TableCache: rows [L, 2, n], exact
     hit = _gather_bands(cache, pos.to(dev), spec) if hasattr(cache, "rows") else None
     return hit if hit is not None else axis_tables(pos, spec, device=dev)  # still exact without the cache

@@ -25,20 +25,14 @@ import torch
 
 from ropekit.axis_gather import gather_bands as _gather_bands
 from ropekit.axis_memo import _fresh, _stamp
-from ropekit.phases import check_positions, checked_seq_len, rope_tables
+from ropekit.phases import _check_meta_device, check_positions, rope_tables
 from ropekit.rotation import axis_plan, fastpath
-from ropekit.rotation.apply import (
-    FORMATS,
-    Format,
-    _batch_seq,
-    apply_rope,
-    apply_rope_tables,
-    shape_in,
-)
-from ropekit.rotation.apply import _validate as validate
+from ropekit.rotation.apply import apply_rope, apply_rope_tables
+from ropekit.rotation.apply_checks import FORMATS, Format, _batch_seq, shape_in
+from ropekit.rotation.apply_checks import _validate as validate
 from ropekit.rotation.autograd import transforms_active
 from ropekit.rotation.dispatch import device_tables, fused_positions
-from ropekit.spec import RopeSpec
+from ropekit.spec import RopeSpec, check_seq_len
 from ropekit.table_cache import shared_cache
 
 __all__ = [
@@ -101,10 +95,13 @@ def axis_tables(
 
     Raises:
         ValueError, TypeError: naming the argument (no axes, wrong leading dimension, bad positions, a ``seq_len``
-            that is neither None nor an int >= 1, also for a static spec, as :func:`ropekit.rope_tables`).
+            that is neither None nor an int >= 1, also for a static spec, as :func:`ropekit.rope_tables`; positions
+            on the meta device with a ``device`` that is not meta: meta positions have no values, so only
+            shape-only meta tables can be made from them, as :func:`ropekit.rope_tables`).
     """
-    seq_len = checked_seq_len(seq_len)  # a traced symbolic length stays symbolic
+    seq_len = check_seq_len(seq_len)  # a traced symbolic length stays symbolic
     pos = check_axis_positions(positions, spec)
+    _check_meta_device(pos, device)  # meta positions have no values: meta tables only, as rope_tables
     if dtype not in (torch.float32, torch.float64):
         raise ValueError(f"axis_tables dtype must be torch.float32 or torch.float64, got {dtype}")
     if spec.dynamic and seq_len is None and pos.numel() and pos.device.type != "meta":
@@ -169,7 +166,9 @@ def apply_rope_axes(
         (q_rot, k_rot), like :func:`ropekit.apply_rope`.
 
     Raises:
-        TypeError, ValueError: naming the argument, before any tensor is modified.
+        TypeError, ValueError: naming the argument, before any tensor is modified (also positions on the meta
+            device, which have no values, with q not on meta: only a meta q takes meta positions, as
+            :func:`ropekit.apply_rope`).
     """
     need64 = (isinstance(q, torch.Tensor) and q.dtype == torch.float64) or (
         isinstance(k, torch.Tensor) and k.dtype == torch.float64
@@ -240,6 +239,7 @@ def _on_device(
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
     _check_q_dim(q, fmt)
+    _check_meta_positions(pos, q)
     check_axes_shape(pos, q, fmt)
     validate(q, k, None, _one_axis(spec), fmt, inplace, backend)  # q, k, inplace and backend, as apply_rope
     return fused_positions(q, k, pos, spec, fmt, inplace, backend, akey)
@@ -249,6 +249,13 @@ def _token_row(positions: torch.Tensor, fmt: str) -> torch.Tensor:
     """Axis 0 of validated positions in the token shape the rotation reads ([A, 1, s] read as [A, s])."""
     pos = positions[:, 0] if fmt != "thd" and positions.dim() == 3 and positions.shape[1] == 1 else positions
     return pos[0]
+
+
+def _check_meta_positions(positions: torch.Tensor, q: torch.Tensor) -> None:
+    """Meta positions have no values to rotate q by: only a meta q (shape inference) may take them, as
+    :func:`ropekit.apply_rope`."""
+    if positions.device.type == "meta" and q.device.type != "meta":
+        raise ValueError(f"positions are on the meta device (no values) but q is on {q.device}")
 
 
 def _check_q_dim(q: object, fmt: str) -> None:
@@ -280,6 +287,7 @@ def _tables_for_call(
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
     _check_q_dim(q, fmt)
+    _check_meta_positions(pos, q)
     check_axes_shape(pos, q, fmt)
     row0 = pos[0]
     if fmt != "thd" and pos.dim() == 3 and pos.shape[1] == 1:

@@ -28,14 +28,8 @@ import torch
 
 from ropekit.phases import band_constant_tensor, check_positions
 from ropekit.reduction import reduced_turns
-from ropekit.rotation.apply import (
-    FORMATS,
-    Format,
-    _batch_seq,
-    _check_inplace_target,
-    _check_qk,
-    apply_rope_tables,
-)
+from ropekit.rotation.apply import apply_rope_tables
+from ropekit.rotation.apply_checks import FORMATS, Format, _batch_seq, _check_inplace_target, _check_qk
 from ropekit.spec import RopeSpec, check_seq_len, require_spec
 
 __all__ = ["keys_stale", "rerotate_keys"]

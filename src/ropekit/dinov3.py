@@ -36,7 +36,7 @@ from ropekit.positions.grid import (
     with_prefix,
 )
 from ropekit.presets_vl import dinov3_spec
-from ropekit.rotation.apply import _validate
+from ropekit.rotation.apply_checks import _validate
 
 __all__ = ["DinoV3Rotary"]
 

@@ -31,14 +31,9 @@ from ropekit.integers import whole
 from ropekit.phases import INT_DTYPES as _INT
 from ropekit.phases import _rope_tables, check_positions
 from ropekit.rotation import fastpath
-from ropekit.rotation.apply import (
-    FORMATS,
-    Format,
-    _check_positions_shape,
-    _validate,
-    apply_rope,
-    apply_rope_tables,
-)
+from ropekit.rotation.apply import apply_rope, apply_rope_tables
+from ropekit.rotation.apply_checks import FORMATS, Format, _check_positions_shape, _validate
+from ropekit.rotation.autograd import transforms_active
 from ropekit.rotation.dispatch import device_tables
 from ropekit.spec import RopeSpec
 from ropekit.table_cache import TableCache
@@ -191,10 +186,13 @@ class Rotary(nn.Module):
                 return akey, out
         return akey, None
 
-    def _float64(
+    def _functional(
         self, q: torch.Tensor, k: torch.Tensor | None, positions: torch.Tensor, inplace: bool
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """float64 inputs: the functional entry points' exact float64 tables, never the float32 cache."""
+        """The functional entry point for this spec (:func:`ropekit.apply_rope` / :func:`ropekit.apply_rope_axes`),
+        never the module's cache or stored plans: float64 inputs (exact float64 tables, not the float32 cache), and
+        dual tensors or a torch.func transform (differentiable PyTorch ops, :mod:`ropekit.rotation.autograd`: a
+        stored kernel plan would drop the tangent, the cache gathers read memory a functorch wrapper has not)."""
         fmt = self.format
         if self.spec.axes is not None:
             from ropekit.axis_tables import apply_rope_axes
@@ -215,13 +213,18 @@ class Rotary(nn.Module):
         Returns:
             (q_rot, k_rot), k_rot None when k is None. float64 q or k are rotated with float64 tables, as by
             :func:`ropekit.apply_rope` (the module's cache holds float32 rows: it serves the other dtypes).
+            Forward-mode AD (dual tensors) and torch.func transforms (vmap, grad, jvp, jacrev, ...) are routed, as
+            float64 is, to :func:`ropekit.apply_rope` (multi-axis: :func:`ropekit.apply_rope_axes`), which rotates
+            them with differentiable PyTorch ops.
         """
         if self._on_meta:  # no values in the cache: refused unless q is on meta too (shape inference)
             self._check_meta(q, positions)
-        if (isinstance(q, torch.Tensor) and q.dtype is torch.float64) or (
-            isinstance(k, torch.Tensor) and k.dtype is torch.float64
+        if (
+            transforms_active()  # forward-AD dual level open or torch.func running: one C call, ~free otherwise
+            or (isinstance(q, torch.Tensor) and q.dtype is torch.float64)
+            or (isinstance(k, torch.Tensor) and k.dtype is torch.float64)
         ):
-            return self._float64(q, k, positions, inplace)
+            return self._functional(q, k, positions, inplace)
         if self.spec.axes is not None:  # multi-axis spec: positions [n_axes, ...] (ropekit.axis_tables)
             from ropekit.axis_memo import equal_row_memo, memo_hit, remember_equal_row
             from ropekit.axis_rotary import rotary_forward_axes

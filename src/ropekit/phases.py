@@ -27,29 +27,35 @@ import operator
 
 import torch
 
-from ropekit.integers import INT64_SPAN
 from ropekit.reduction import FLOAT_POSITION_BOUND, band_constants, reduced_turns
 from ropekit.spec import RopeSpec, _frequencies_cpu, check_seq_len, require_spec
 
-__all__ = ["FLOAT_POSITION_BOUND", "INT_DTYPES", "check_positions", "rope_tables"]
+__all__ = ["FLOAT32_POSITION_BOUND", "FLOAT_POSITION_BOUND", "INT_DTYPES", "check_positions", "rope_tables"]
 
 _TWO_PI = 2.0 * math.pi
 INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 _INT_DTYPES = INT_DTYPES
 _EXACT_FLOAT_DTYPES = (torch.float32, torch.float64)
+#: float32 positions must satisfy |x| < FLOAT32_POSITION_BOUND: past 2^24 float32 cannot hold every integer
+FLOAT32_POSITION_BOUND = 2.0**24
 _UNIQUE_THRESHOLD = 4096  # above this many integer positions, tables are built once per distinct position
 
 
 def check_positions(positions: object, name: str = "positions") -> torch.Tensor:
     """Validate a positions argument and return it; raises before anything is computed.
 
-    Accepted: integer tensors (every int64 value: phases are exact over the whole range), and float32/float64
-    tensors of finite values with magnitude below 2^63 (:data:`FLOAT_POSITION_BOUND`; continuous positions such
-    as time-series timestamps, exact for the value float64 represents). Refused: bool, float16/bfloat16 (they
-    cannot represent positions above 256 or 2048 exactly -- rotary-embedding-torch's bug, pitfalls item 50),
-    complex, non-finite or too large float values, and positions that require grad (ropekit does not
-    differentiate with respect to positions). Under ``torch.compile`` the value check of float positions runs on
-    the device when the graph runs (``torch._assert_async``: a RuntimeError naming the rule, no host sync).
+    Accepted: integer tensors (every int64 value: phases are exact over the whole range), float64 tensors of
+    finite values with magnitude below 2^63 (:data:`FLOAT_POSITION_BOUND`; continuous positions such as
+    time-series timestamps, exact for the value float64 represents), and float32 tensors of finite values with
+    magnitude below 2^24 (:data:`FLOAT32_POSITION_BOUND`: past it float32 cannot hold every integer, so the
+    positions were already rounded before they arrived -- 16777217 reads as 16777216; pass int64, or float64 for
+    fractional positions). Refused: bool, float16/bfloat16 (they cannot represent positions above 256 or 2048
+    exactly -- rotary-embedding-torch's bug, pitfalls item 50), complex, non-finite or too large float values,
+    and positions that require grad (ropekit does not differentiate with respect to positions). Eagerly the
+    value check of float positions raises a ValueError naming the largest magnitude (one ``aminmax``; on CUDA
+    that reads two numbers back, a host sync for float positions only: integer positions have no value check).
+    Under ``torch.compile`` it runs on the device (``torch._assert_async``: a RuntimeError naming the rule when
+    the graph runs, no host sync).
     """
     if not isinstance(positions, torch.Tensor):
         raise TypeError(
@@ -70,20 +76,43 @@ def check_positions(positions: object, name: str = "positions") -> torch.Tensor:
             f"{name} requires grad, but ropekit does not differentiate with respect to positions"
         )
     if dt in _EXACT_FLOAT_DTYPES and positions.device.type != "meta" and positions.numel():
-        ok = positions.abs() < FLOAT_POSITION_BOUND  # False for nan and +-inf too
-        if torch.compiler.is_compiling():  # traced: checked on the device when the graph runs, no host sync
-            torch._assert_async(
-                ok.all(),
-                f"{name} must be finite with magnitude below 2**63 (float positions, checked on the device)",
-            )
+        if torch.compiler.is_compiling():
+            _assert_float_positions(
+                positions, name
+            )  # traced: on the device when the graph runs, no host sync
             return positions
-        if not bool(ok.all()):
-            bad = positions[~ok].flatten()[0].item()
+        lo, hi = torch.aminmax(positions)  # one pass; nan propagates to both
+        mag = max(-float(lo), float(hi))
+        if not mag < FLOAT_POSITION_BOUND:  # nan and +-inf too
+            bad = positions[~(positions.abs() < FLOAT_POSITION_BOUND)].flatten()[0].item()
             raise ValueError(
                 f"{name} must be finite with magnitude below 2**63 = {FLOAT_POSITION_BOUND:.6g} "
                 f"(the integer part must fit in int64 for exact phases), found {bad!r}"
             )
+        if dt == torch.float32 and mag >= FLOAT32_POSITION_BOUND:
+            raise ValueError(
+                f"{name} are float32 with magnitude up to {mag:.9g} >= 2**24 = 16777216, where float32 cannot "
+                "represent every integer (16777217 reads as 16777216): the positions were already rounded; pass "
+                "int64 positions, or float64 for fractional ones"
+            )
     return positions
+
+
+def _assert_float_positions(positions: torch.Tensor, name: str) -> None:
+    """:func:`check_positions`' value rules for float positions as device asserts (``torch._assert_async``, constant
+    messages): no host sync, for traced calls. The 2**63 rule is asserted first (its message stays
+    that of non-finite float32 positions too)."""
+    mag = positions.abs()
+    torch._assert_async(
+        (mag < FLOAT_POSITION_BOUND).all(),  # False for nan and +-inf too
+        f"{name} must be finite with magnitude below 2**63 (float positions, checked on the device)",
+    )
+    if positions.dtype == torch.float32:
+        torch._assert_async(
+            (mag < FLOAT32_POSITION_BOUND).all(),
+            f"{name} are float32 with magnitude >= 2**24, where float32 cannot represent every integer: pass int64 "
+            "positions, or float64 for fractional ones (checked on the device)",
+        )
 
 
 def _compute_device(device: torch.device) -> torch.device:
@@ -195,7 +224,7 @@ def rope_tables(
         (:func:`ropekit.table_cache.shared_cache`), bit-identical to computing them.
     """
     spec = require_spec(spec)
-    seq_len = checked_seq_len(seq_len)
+    seq_len = check_seq_len(seq_len)  # a traced symbolic length stays symbolic
     _check_meta_device(positions, device)
     if spec.axes is not None:  # multi-axis spec: positions [n_axes, *P], band j at its axis's position
         from ropekit.axis_tables import axis_tables
@@ -225,16 +254,6 @@ def rope_tables(
                 memory_format=torch.contiguous_format
             )
     return _rope_tables(positions, spec, seq_len=seq_len, dtype=dtype, device=device)
-
-
-def checked_seq_len(seq_len: object) -> int | None:
-    """:func:`ropekit.spec.check_seq_len`, keeping a traced symbolic length symbolic (``seq_len=q.shape[1]``
-    under torch.compile): dynamo reports a SymInt's type as int, so check_seq_len's SymInt test misses it and
-    specialises it (a graph per length, though a static spec never reads it). A valid int is returned as it is;
-    anything else gets check_seq_len's error."""
-    if (type(seq_len) is int or isinstance(seq_len, torch.SymInt)) and 1 <= seq_len <= INT64_SPAN:
-        return seq_len  # type: ignore[return-value]  # a SymInt stands for an int in traced code
-    return check_seq_len(seq_len)
 
 
 def _check_meta_device(positions: object, device: torch.device | str | None) -> None:

@@ -232,3 +232,41 @@ def test_numpy_scalars_make_the_same_spec_as_python_numbers() -> None:
     assert (
         p_rope.frequencies().tolist() == _theta(10_000.0, 64)[:16] + [0.0] * 16
     )  # the 16 highest of 32 kept
+
+
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_check_seq_len_keeps_a_traced_length_symbolic(dynamic: bool | None) -> None:
+    """``check_seq_len(x.shape[0])`` under torch.compile: dynamo reports a SymInt's type as int, so the SymInt
+    test missed it and ``operator.index`` pinned the length to its value (a graph per length, then the recompile
+    limit). Now compared, never converted: one graph (two without dynamic=True: the first one static)."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    from ropekit.spec import check_seq_len
+
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("eager")
+    f = torch.compile(
+        lambda x: x * check_seq_len(x.shape[0]), fullgraph=True, dynamic=dynamic, backend=counter
+    )
+    for n in range(3, 11):
+        assert torch.equal(f(torch.ones(n)), torch.full((n,), float(n)))
+    assert counter.frame_count == (1 if dynamic else 2)
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "match"),
+    [
+        (0, ValueError, "got 0"),
+        (-3, ValueError, "got -3"),
+        (2**63 + 1, ValueError, r"in \[1, 2\*\*63\]"),
+        (True, TypeError, "got True"),
+        (2.0, TypeError, "got 2.0"),
+    ],
+)
+def test_check_seq_len_still_refuses_bad_lengths(value: object, error: type, match: str) -> None:
+    from ropekit.spec import check_seq_len
+
+    with pytest.raises(error, match=f"seq_len must be an int.*{match}"):
+        check_seq_len(value)
+    assert check_seq_len(2**63) == 2**63 and check_seq_len(np.int64(7)) == 7 and check_seq_len(None) is None
+    assert type(check_seq_len(np.int64(7))) is int and type(check_seq_len(torch.tensor(5))) is int

@@ -3,8 +3,10 @@
 
 SOURCE: a preset name, a config.json, a transformers model folder (weights analysed with the ``hf`` extra) or a
 lab checkpoint. A model folder whose only weights are pickle files (``pytorch_model.bin``; never loaded) gets the
-configuration-only report, with a note on stderr, on the page and in the JSON (``weights_note``). Prints the page's path (on stderr with ``--json``, which prints the numbers on stdout), and the
-build time on stderr (the page itself carries none: the same SOURCE gives the same bytes).
+configuration-only report, with a note on stderr, on the page and in the JSON (``weights_note``: both written by
+:func:`ropekit.report.build.build_report`). Prints the page's path (on stderr with ``--json``, which prints the
+numbers on stdout), and the build time on stderr (the page itself carries none: the same SOURCE gives the same
+bytes).
 """
 
 from __future__ import annotations
@@ -14,10 +16,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
-
-if TYPE_CHECKING:
-    from ropekit.report.build import Report
+from typing import Any, TextIO
 
 __all__ = ["add_parser", "run"]
 
@@ -57,9 +56,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     check_out_dir("--out", args.out)  # before the figures are built, not after
     t0 = time.perf_counter()
     source = resolve(args.source, context=args.context)
-    report = build_report(source)
-    if source.weights_note:
-        _note_skipped_weights(report, source.weights_note)
+    report = build_report(source)  # with the note on skipped weights (Source.weights_note), if any
     path = write_report(report, Path(args.out))
     out, err = out or sys.stdout, err or sys.stderr
     if source.context_note:
@@ -74,14 +71,3 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     else:
         print(str(path), file=out)
     return 0
-
-
-def _note_skipped_weights(report: Report, note: str) -> None:
-    """Say on the page (a weights section holding only ``note``) and in the JSON (``weights_note``) why a model
-    folder's weights were not analysed (:attr:`ropekit.report.sources.Source.weights_note`)."""
-    from ropekit.report.build import _SECTIONS, Section
-
-    report.data["weights_note"] = note
-    if not any(s.key == "weights" for s in report.sections):
-        title, intro = _SECTIONS["weights"]
-        report.sections.append(Section("weights", title, intro, [], [note]))

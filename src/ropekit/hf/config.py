@@ -27,7 +27,7 @@ back exactly.
 Strict by default: what transformers only warns about (unknown keys, factor < 1, beta_fast < beta_slow, missing
 required keys, wrong list lengths, non-finite values) raises ``ValueError`` naming the key and value, and so does
 a top-level key that is a near-miss of a RoPE key ropekit reads (``rope_scalling``: transformers ignores it
-silently, so the model loads with a different RoPE; :func:`ropekit.hf.config_keys.check_top_level_keys`);
+silently, so the model loads with a different RoPE; :func:`ropekit.hf.config_top_keys.check_top_level_keys`);
 ``strict=False`` accepts what transformers accepts, with a warning (a missing ``original_max_position_embeddings``
 is filled from ``max_position_embeddings``, as transformers does). What transformers refuses or fails on, and
 values from which no frequency table can be computed (a zero factor, a zero LongRoPE entry, a negative YaRN beta,
@@ -37,47 +37,36 @@ classes refuse floats), unknown ``layer_types`` entries, a Gemma 3 ``sliding_win
 error (``RopeSpec.base must be ...``) is re-raised naming the config key and value it comes from.
 
 The keys are read and checked in :mod:`ropekit.hf.config_keys` (the rope dict of one layer type, the keys
-each ``rope_type`` takes, the did-you-mean suggestions); this module turns them into a RopeSpec (the scaling
-scheme, the rotary dim, the layout) and writes a spec back (:func:`spec_to_hf`).
+each ``rope_type`` takes), :mod:`ropekit.hf.config_values` (each value, the did-you-mean suggestions) and
+:mod:`ropekit.hf.config_top_keys` (near-miss top-level keys, ``layer_types``); this module turns them into a
+RopeSpec (the rotary dim, the layout), with the scaling scheme from :mod:`ropekit.hf.config_scaling`. Writing a
+spec back (:func:`spec_to_hf`) is :mod:`ropekit.hf.config_write`'s, re-exported here.
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
 from contextvars import ContextVar
-from typing import Any, Literal
+from typing import Any
 
 from ropekit.hf.config_families import ROTARY_DIM_TYPES
-from ropekit.hf.config_keys import (
-    _COMMON,
-    KNOWN_KEYS,
+from ropekit.hf.config_keys import _COMMON, KNOWN_KEYS, _rope_dict
+from ropekit.hf.config_rules import check_computable, config_errors
+from ropekit.hf.config_scaling import _scaling
+from ropekit.hf.config_top_keys import check_layer_types, check_top_level_keys
+from ropekit.hf.config_values import (
     _as_dict,
     _did_you_mean,
-    _factors,
     _head_dim,
-    _int,
     _max_positions,
     _num,
     _pos_int,
     _Reader,
-    _rope_dict,
     _unknown_note,
-    check_layer_types,
-    check_top_level_keys,
 )
-from ropekit.hf.config_rules import check_computable, config_errors, refuse
-from ropekit.hf.config_v4 import check_schema, spec_to_hf_v4
+from ropekit.hf.config_write import spec_to_hf
 from ropekit.hf.default_theta import DEFAULT_THETA
-from ropekit.hf.partial_factor import (
-    _hf_kept_bands,
-    _hf_partial_factor,
-    _hf_proportional_factor,
-    _hf_rotary_dim,
-)
-from ropekit.integers import as_real
-from ropekit.scaling import NTK, DynamicNTK, Linear, Llama3, LongRope, Scaling, Yarn
-from ropekit.scaling.base import unchecked
+from ropekit.hf.partial_factor import _hf_kept_bands, _hf_proportional_factor, _hf_rotary_dim
 from ropekit.spec import RopeSpec
 
 __all__ = ["INTERLEAVED_MODEL_TYPES", "KNOWN_KEYS", "spec_from_hf", "spec_to_hf"]
@@ -109,151 +98,6 @@ _FAMILY_KEYS_NOTE = (
 #: set while :func:`spec_from_hf` parses a config, so that the VL parser's call back for the text part does not
 #: report (or warn about) the same top-level keys twice
 _KEYS_CHECKED: ContextVar[bool] = ContextVar("ropekit_hf_keys_checked", default=False)
-_MLA_TYPES = {"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", "glm4_moe_lite", "mistral4"}
-
-
-def _computable(rp: dict[str, Any], key: str, bad: Callable[[float], bool], why: str) -> None:
-    """Refuse (both modes) a number ``rp[key]`` for which ``bad`` holds: no frequency table comes from it."""
-    v = rp.get(key)
-    x = as_real(v)  # numpy scalars too; anything else is refused by name later
-    refuse(not (x is not None and bad(x)), key, v, why)
-
-
-_INF = "it divides the frequencies by zero (infinite frequencies); expected a number >= 1"
-
-
-def _scaling(r: _Reader, t: str, rp: dict[str, Any], cfg: dict[str, Any], model_type: str) -> Scaling | None:
-    def mk(cls: type[Scaling], **kw: Any) -> Scaling:
-        return cls(**kw) if r.strict else unchecked(cls, **kw)
-
-    max_pos = _max_positions(cfg)
-    if t in ("linear", "proportional", "yarn", "llama3"):
-        _computable(rp, "factor", lambda v: v == 0, _INF)
-    if t in ("default", "proportional"):
-        if t == "proportional" and "factor" in rp:  # Linear(1.0) too: from_hf(spec.to_hf()) == spec
-            return mk(Linear, factor=_num(r, rp, "factor", lo=1.0))
-        return None
-    if t == "linear":
-        return mk(Linear, factor=_num(r, rp, "factor", lo=1.0))
-    if t in ("ntk", "ntk_alpha"):
-        key = "factor" if t == "ntk" else "alpha"
-        why = f"the base is multiplied by {key} ** (d / (d - 2)), 0 or not a real number; expected a number >= 1"
-        _computable(rp, key, lambda v: v <= 0, why)
-    if t == "ntk":
-        return mk(NTK, factor=_num(r, rp, "factor", lo=1.0))
-    if t == "ntk_alpha":
-        if rp.get("factor", 1.0) != 1.0:
-            r.problem(
-                f"rope parameter factor={rp['factor']!r} beside alpha is ignored by transformers; expected 1.0"
-            )
-        return mk(NTK, alpha=_num(r, rp, "alpha", lo=1.0))
-    if t == "dynamic":
-        if max_pos is None:
-            raise ValueError("rope_type 'dynamic' needs the config's max_position_embeddings")
-        why = "the base is multiplied by (factor * L / max - factor + 1) ** (d / (d - 2)), not a real number past "
-        _computable(
-            rp, "factor", lambda v: v < 0, why + "a length where it is negative; expected a number >= 1"
-        )
-        return mk(DynamicNTK, factor=_num(r, rp, "factor", lo=1.0), max_position_embeddings=max_pos)
-    if t == "yarn":
-        L0 = _int(rp, "original_max_position_embeddings")
-        if rp["factor"] is None:  # transformers: max_position_embeddings / original_max_position_embeddings
-            if max_pos is None:
-                raise ValueError(
-                    "rope parameter factor is null (rope_type 'yarn') and the config has no "
-                    "max_position_embeddings to derive it from; expected a number"
-                )
-            r.problem(
-                f"rope parameter factor is null (rope_type 'yarn'); transformers then uses max_position_embeddings"
-                f" / original_max_position_embeddings = {max_pos}/{L0}"
-            )
-            rp = {**rp, "factor": max_pos / L0}
-        factor = _num(r, rp, "factor", lo=1.0)
-        betas = {}
-        for key, default in (("beta_fast", 32.0), ("beta_slow", 1.0)):
-            why = "YaRN takes the log of L0 / (2 pi beta) (transformers fails too); expected a number > 0"
-            _computable(rp, key, lambda v: v < 0, why)
-            v = rp.get(key)
-            if v is not None:
-                v = _num(r, rp, key)
-                if v == 0:
-                    r.problem(f"rope parameter {key}=0 is invalid (transformers silently uses {default:g})")
-                    v = default
-            betas[key] = default if v is None else v
-        if betas["beta_fast"] < betas["beta_slow"]:
-            r.problem(
-                f"rope parameter beta_fast={betas['beta_fast']!r} must be >= beta_slow={betas['beta_slow']!r}"
-            )
-        if max_pos is not None and max_pos / L0 not in (factor, 1.0):
-            warnings.warn(
-                f"yarn factor {factor:g} differs from max_position_embeddings / original_max_position_embeddings = "
-                f"{max_pos}/{L0}; using the explicit factor",
-                stacklevel=4,
-            )
-        kw: dict[str, Any] = dict(factor=factor, original_max_position_embeddings=L0, **betas)
-        for key in ("mscale", "mscale_all_dim"):
-            if rp.get(key) is not None:
-                kw[key] = _num(r, rp, key, lo=0.0)
-        if rp.get("attention_factor") is not None:
-            kw["attention_factor_"] = _num(r, rp, "attention_factor", lo=0.0, lo_open=True)
-        if "truncate" in rp:
-            if not isinstance(rp["truncate"], bool):
-                raise ValueError(f"rope parameter truncate must be true or false, got {rp['truncate']!r}")
-            kw["truncate"] = rp["truncate"]
-        with warnings.catch_warnings():
-            if model_type in _MLA_TYPES:  # mscale == mscale_all_dim is right for MLA attention
-                warnings.simplefilter("ignore")
-            return mk(Yarn, **kw)
-    if t == "longrope":
-        for key in ("short_factor", "long_factor"):
-            vals = _factors(rp, key)
-            if 0 in vals:
-                raise ValueError(
-                    f"rope parameter {key} has a zero entry (index {vals.index(0)} of {len(vals)}), which divides "
-                    "its band's frequency by zero (an infinite frequency); expected numbers > 0"
-                )
-            bad = [(i, x) for i, x in enumerate(vals) if x < 0]
-            if bad:
-                r.problem(
-                    f"rope parameter {key} has {len(bad)} entries < 0 (index {bad[0][0]}: {bad[0][1]!r}) of "
-                    f"{len(vals)}; expected numbers > 0"
-                )
-        kw = {
-            "short_factor": _factors(rp, "short_factor"),
-            "long_factor": _factors(rp, "long_factor"),
-            "original_max_position_embeddings": _int(rp, "original_max_position_embeddings"),
-            "max_position_embeddings": max_pos,
-        }
-        if rp.get("factor") is not None:
-            kw["factor"] = _num(r, rp, "factor", lo=1.0)
-        if rp.get("attention_factor") is not None:
-            kw["attention_factor_"] = _num(r, rp, "attention_factor", lo=0.0, lo_open=True)
-        return LongRope(**kw) if r.strict else unchecked(LongRope, **kw)
-    if t == "llama3":
-        L0 = _int(rp, "original_max_position_embeddings")
-        if max_pos is not None and L0 >= max_pos:
-            r.problem(
-                f"llama3 original_max_position_embeddings={L0} must be < max_position_embeddings={max_pos}"
-            )
-        for key in ("low_freq_factor", "high_freq_factor"):
-            why = (
-                "llama3 divides original_max_position_embeddings by it (transformers fails too); expected > 0"
-            )
-            _computable(rp, key, lambda v: v == 0, why)
-        lo, hi = (
-            _num(r, rp, "low_freq_factor", lo=0, lo_open=True),
-            _num(r, rp, "high_freq_factor", lo=0, lo_open=True),
-        )
-        if hi <= lo:
-            r.problem(f"llama3 high_freq_factor={hi!r} must be > low_freq_factor={lo!r}")
-        return mk(
-            Llama3,
-            factor=_num(r, rp, "factor", lo=1.0),
-            low_freq_factor=lo,
-            high_freq_factor=hi,
-            original_max_position_embeddings=L0,
-        )
-    raise AssertionError(t)  # pragma: no cover - unknown types are refused earlier
 
 
 def spec_from_hf(
@@ -382,58 +226,3 @@ def _proportional_p(head_dim: int, prf: float) -> float:
     if prf == _hf_proportional_factor(head_dim, kept, canonical):
         return canonical
     return prf if RopeSpec(head_dim=head_dim, p=prf).n_positional_bands == kept else canonical
-
-
-def spec_to_hf(spec: RopeSpec, schema: Literal["v5", "v4"] = "v5") -> dict[str, Any]:
-    """The config fragment of a spec in transformers' v5 (default) or v4 schema.
-
-    - ``schema="v5"``: ``{"head_dim", "rope_parameters", ["max_position_embeddings"]}``.
-    - ``schema="v4"``: ``{"head_dim", "rope_theta", "rope_scaling", ["partial_rotary_factor"],
-      ["max_position_embeddings"], ["original_max_position_embeddings"]}`` as transformers 4.x configs carry
-      it: ``rope_scaling`` is None for plain RoPE, else the scheme's keys with ``rope_type``; LongRoPE is written
-      as Phi-3's v4 config (``{"type": "longrope", "short_factor", "long_factor"}``, the original length at the
-      top level, where v4 read it).
-
-    The layout is a property of the model family, not of the config: pass ``layout=`` back to ``from_hf``.
-
-    Raises:
-        ValueError: for a bad ``schema``; for specs transformers cannot express (explicit freqs; p-RoPE with
-            partial rotation or with a scheme other than Linear; in v4 also any p-RoPE, static NTK, and LongRoPE
-            whose factor differs from ``max_position_embeddings / original_max_position_embeddings`` without an
-            explicit attention factor).
-    """
-    check_schema(schema)
-    if spec.axes is not None:  # multi-axis (M-RoPE): ropekit.hf.config_vl
-        from ropekit.hf.config_vl import spec_to_hf_vl
-
-        return spec_to_hf_vl(spec, schema=schema)
-    if spec.freqs is not None:
-        raise ValueError("a spec with an explicit freqs table has no transformers rope_parameters equivalent")
-    if schema == "v4":
-        return spec_to_hf_v4(spec)
-    rp: dict[str, Any] = {"rope_theta": spec.base}
-    out: dict[str, Any] = {"head_dim": spec.head_dim}
-    sc = spec.scaling
-    if spec.p < 1.0:
-        if spec.rotary_dim != spec.head_dim or not (sc is None or isinstance(sc, Linear)):
-            raise ValueError(
-                "p-RoPE maps to HF 'proportional' only over the whole head and with at most a Linear factor"
-            )
-        kept = spec.n_positional_bands  # a factor transformers' int(factor * H // 2) maps to the same bands
-        rp.update(
-            rope_type="proportional",
-            partial_rotary_factor=_hf_proportional_factor(spec.head_dim, kept, spec.p),
-        )
-        if sc is not None:
-            rp["factor"] = sc.factor
-    else:
-        rp.update(sc.to_hf() if sc is not None else {"rope_type": "default"})
-        if spec.rotary_dim != spec.head_dim:
-            # one transformers' int(head_dim * factor) maps back to rotary_dim (rotary_dim / head_dim may floor below)
-            rp["partial_rotary_factor"] = _hf_partial_factor(spec.head_dim, spec.rotary_dim)  # type: ignore[arg-type]
-    if isinstance(sc, DynamicNTK):
-        out["max_position_embeddings"] = sc.max_position_embeddings
-    if isinstance(sc, LongRope) and sc.max_position_embeddings is not None:
-        out["max_position_embeddings"] = sc.max_position_embeddings
-    out["rope_parameters"] = rp
-    return out

@@ -91,7 +91,7 @@ def nested_truncate(rp: dict[str, Any], outer: dict[str, Any], layer_type: str, 
     """A per-layer-type YaRN entry's ``truncate`` as transformers 5.23 computes it: the outer dict's (default True).
 
     An entry whose own value differs is a problem (strict: refused; ``strict=False``: a warning, and the value
-    transformers uses), as other transformers quirks (a zero YaRN beta, Qwen3-VL's ``mrope_interleaved``).
+    transformers uses), as other transformers quirks (a zero YaRN beta).
     """
     if rp["rope_type"] != "yarn":
         return

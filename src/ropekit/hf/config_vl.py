@@ -14,6 +14,11 @@ are read by the 1-D parser (:func:`ropekit.hf.config.spec_from_hf`) after removi
 | glm4v | contiguous over the rotary part | interleaved | [8, 12, 12] |
 | glm4v_moe | contiguous over the rotary part | half | [8, 12, 12] |
 | ernie4_5_vl_moe | h/w alternate, t on the lowest freqs ("lta"), config order (h, w, t) | interleaved | [22, 22, 20] |
+
+``mrope_interleaved``: no family's transformers 5.23 code reads it (:data:`MROPE_MAPS`): each builds its own map
+whatever the key says. A value that contradicts the family's map (``true`` for Qwen2-VL / GLM-4V, ``false`` for
+Qwen3-VL, either for ERNIE) is ignored as there, with a warning naming the key, its value and the model_type;
+a config of no known family (``mrope_section`` without a VL ``model_type``) follows the key.
 """
 
 from __future__ import annotations
@@ -23,11 +28,12 @@ import warnings
 from typing import Any, Literal
 
 from ropekit.axes import AxisMap
-from ropekit.integers import as_int
+from ropekit.hf.config_vl_ernie import _freq_allocation, ernie_sections
 from ropekit.spec import RopeSpec
 
 __all__ = [
     "DEFAULT_THETA",
+    "MROPE_MAPS",
     "VL_FAMILIES",
     "ernie_sections",
     "is_vl_config",
@@ -46,6 +52,19 @@ VL_FAMILIES: dict[str, tuple[str, str, tuple[int, int, int]]] = {
     "ernie4_5_vl_moe": ("ernie", "interleaved", (22, 22, 20)),
     "ernie4_5_moe_vl": ("ernie", "interleaved", (22, 22, 20)),  # Baidu's remote-code config.json (flat)
 }
+#: family -> (the band-to-axis map its transformers 5.23 rotary code builds, whether that code reads the config's
+#: ``mrope_interleaved``). None reads it: Qwen2-VL / Qwen2.5-VL / GLM-4V(-MoE) always split contiguously
+#: (``freq.split(mrope_section)``), Qwen3-VL(-MoE) always interleaves (``recomposition_frequencies``), ERNIE-4.5-VL
+#: always alternates h / w with t last; the key is only exempted from their rope validation
+#: (``ignore_keys_at_rope_validation``). A family whose code reads it follows the key, as configs of no family do.
+MROPE_MAPS: dict[str, tuple[str, bool]] = {
+    "qwen2_vl": ("contiguous", False),
+    "qwen3_vl": ("interleaved", False),
+    "glm4v": ("contiguous", False),
+    "ernie": ("lta", False),
+}
+#: the ``mrope_interleaved`` value that means each map (none means ERNIE's)
+_INTERLEAVED_VALUE = {"contiguous": False, "interleaved": True}
 _MROPE_KEYS = ("mrope_section", "mrope_interleaved", "freq_allocation")
 #: family -> transformers' default rope_theta when a config omits it: (v4 class default, v5 class default).
 #: The schema tells the version: ``rope_scaling`` (v4) or ``rope_parameters`` (v5). Qwen3-VL's default changed
@@ -118,7 +137,12 @@ def spec_from_hf_vl(
 
     Raises:
         ValueError: naming the key: ``mrope_section`` with a wrong length or a sum other than rotary_dim / 2,
-            ``mrope_interleaved`` contradicting the family, ``layer_type`` (VL decoders have one RoPE).
+            ``mrope_interleaved`` that is not a bool, ``freq_allocation`` outside ERNIE (strict), ``layer_type``
+            (VL decoders have one RoPE).
+
+    Warns:
+        UserWarning: ``mrope_interleaved`` contradicting the family's map, which transformers' code for the family
+            does not read (ignored, as there: :data:`MROPE_MAPS`).
     """
     from ropekit.hf.config import spec_from_hf
 
@@ -185,18 +209,11 @@ def spec_from_hf_vl(
         raise ValueError(f"{key}.mrope_section must be three non-negative ints, got {sec_raw!r}")
     if interleaved is not None and not isinstance(interleaved, bool):
         raise ValueError(f"{key}.mrope_interleaved must be a bool, got {interleaved!r}")
-    if family == "qwen3_vl":
-        if interleaved is False:
-            msg = f"{key}.mrope_interleaved=False but {model_type} always interleaves (transformers ignores the flag)"
-            if strict:
-                raise ValueError(msg)
-            if problem is not None:
-                problem(msg)
-        axes = AxisMap.interleaved(sec)
-    elif family == "ernie":
+    scheme = _mrope_scheme(family, model_type, key, interleaved)
+    if scheme == "lta":
         h, w, t = sec
         axes = AxisMap.lta((t, h, w))
-    elif interleaved:
+    elif scheme == "interleaved":
         axes = AxisMap.interleaved(sec)
     else:
         axes = AxisMap.contiguous(sec)
@@ -208,38 +225,22 @@ def spec_from_hf_vl(
     return dataclasses.replace(base_spec, axes=axes)
 
 
-def _freq_allocation(text: dict[str, Any], rp: dict[str, Any], key: str) -> int | None:
-    """ERNIE-4.5-VL's ``freq_allocation`` (top level of the text config, or in the rope dict: popped), validated."""
-    top, inner = text.get("freq_allocation"), rp.pop("freq_allocation", None)
-    if top is not None and inner is not None and top != inner:
-        raise ValueError(f"freq_allocation={top!r} (top level) and {key}.freq_allocation={inner!r} disagree")
-    fa = top if top is not None else inner
-    n = None if fa is None else as_int(fa)  # ints and numpy ints alike (not bools)
-    if fa is not None and (n is None or n < 0):
-        raise ValueError(f"freq_allocation must be a non-negative int (bands given to time), got {fa!r}")
-    return n
-
-
-def ernie_sections(freq_allocation: int, n_bands: int) -> tuple[int, int, int]:
-    """ERNIE-4.5-VL's ``freq_allocation`` as transformers' ``mrope_section`` ``[h, w, t]``.
-
-    ERNIE's own code (``RopeEmbedding.apply_rotary_3d``; vLLM / SGLang ``Ernie4_5_VLRotaryEmbedding``) gives time
-    the last ``freq_allocation`` bands (the lowest frequencies) and alternates the other ``n - freq_allocation``
-    between height (even bands) and width (odd bands): ``h = w = (n - freq_allocation) / 2``, ``t = freq_allocation``
-    (released checkpoints: 20 of 64 -> [22, 22, 20], what transformers' converter writes).
-
-    Raises:
-        ValueError: ``freq_allocation`` above ``n`` or leaving an odd number of spatial bands (h and w must be equal).
-    """
-    rest = n_bands - freq_allocation
-    if rest < 0:
-        raise ValueError(f"freq_allocation={freq_allocation} exceeds the {n_bands} rotary bands")
-    if rest % 2:
-        raise ValueError(
-            f"freq_allocation={freq_allocation} cannot split {n_bands} bands: ERNIE-4.5-VL alternates the other "
-            f"{rest} bands between height and width, which needs an even number"
+def _mrope_scheme(family: str, model_type: str, key: str, interleaved: bool | None) -> str:
+    """The map the family's transformers code builds (:data:`MROPE_MAPS`), with a warning when the config's
+    ``mrope_interleaved`` says otherwise; the key's own map for a family whose code reads it (or no family)."""
+    scheme, reads = MROPE_MAPS.get(family, (None, True))
+    if scheme is None or reads:
+        if interleaved is None:
+            return scheme or "contiguous"
+        return "interleaved" if interleaved else "contiguous"
+    if interleaved is not None and _INTERLEAVED_VALUE.get(scheme) is not interleaved:
+        warnings.warn(
+            f"{key}.mrope_interleaved={interleaved!r} is ignored for model_type={model_type!r}: transformers' code "
+            f"for this family does not read it and always builds its {scheme} M-RoPE map; ropekit does the same",
+            UserWarning,
+            stacklevel=5,
         )
-    return rest // 2, rest // 2, freq_allocation
+    return scheme
 
 
 def spec_to_hf_vl(spec: RopeSpec, schema: Literal["v5", "v4"] = "v5") -> dict[str, Any]:

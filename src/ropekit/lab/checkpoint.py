@@ -19,7 +19,19 @@ import torch
 
 from ropekit.lab.model import LMConfig, TinyLM
 
-__all__ = ["CheckpointInfo", "check_resume", "checkpoint_info", "load_checkpoint", "save_checkpoint"]
+__all__ = [
+    "SCALING_CLASS_KEY",
+    "CheckpointInfo",
+    "check_resume",
+    "checkpoint_info",
+    "load_checkpoint",
+    "save_checkpoint",
+]
+
+#: the key under which the lab's ``meta`` records a scaling scheme's class name beside its fields
+#: (``ropekit.lab.experiments.common._json``; ``class`` is a Python keyword, so no dataclass field can be named
+#: so). Checkpoints written before it was recorded lack it: their scheme is known by its fields' names alone.
+SCALING_CLASS_KEY = "class"
 
 
 def save_checkpoint(
@@ -142,7 +154,9 @@ def check_resume(path: Path, cfg: LMConfig, meta: dict[str, Any]) -> None:
     """ValueError naming ``path`` unless the checkpoint was written by the run about to resume it: the same model
     config ``cfg`` and, for every key of ``meta`` (what determines the trained model: data, encoding, seed, budget
     ...), the same value (compared as JSON). The message names each differing field with both values. A checkpoint
-    that lacks some of these keys (written before they were recorded) is refused too: it cannot be checked."""
+    that lacks some of these keys (written before they were recorded) is refused too: it cannot be checked; one that
+    lacks only a scaling scheme's class name (:data:`SCALING_CLASS_KEY`, recorded since) is checked by the scheme's
+    fields."""
     info = checkpoint_info(path)
     how = "delete it or choose another output folder (--out) to train this run's model"
     lacking = [k for k in meta if k not in info.meta] + (["config"] if info.config is None else [])
@@ -153,6 +167,8 @@ def check_resume(path: Path, cfg: LMConfig, meta: dict[str, Any]) -> None:
         )
     want = _flat({**json.loads(json.dumps(meta)), "config": cfg.as_dict()})
     got = _flat({k: info.meta[k] for k in meta} | {"config": info.config.as_dict() if info.config else None})
+    # written before the lab recorded a scaling scheme's class name: its fields (still compared) identified it
+    want = {k: v for k, v in want.items() if k in got or not k.endswith(f".{SCALING_CLASS_KEY}")}
     differ = [f"{k} {got.get(k)!r} (this run: {v!r})" for k, v in want.items() if got.get(k) != v]
     differ += [f"{k} {v!r} (this run: none)" for k, v in got.items() if k not in want]
     if differ:

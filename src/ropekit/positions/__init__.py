@@ -6,7 +6,8 @@
   prefix tokens that are not rotated.
 - :mod:`ropekit.positions.multimodal`: M-RoPE ids [3, b, s] for interleaved text, images and video (Qwen2-VL,
   Qwen2.5-VL, Qwen3-VL, GLM-4V) and the rope deltas that continue them during decoding;
-  :mod:`ropekit.positions.multimodal_blocks` holds the vision block and the checks they share.
+  :mod:`ropekit.positions.multimodal_blocks` holds the vision block and the checks they share,
+  :mod:`ropekit.positions.multimodal_decode` the ids of generated tokens (both re-exported by ``multimodal``).
 - :mod:`ropekit.positions.videorope`: VideoRoPE's diagonal ids [3, L] (Wei et al. 2025).
 - :mod:`ropekit.positions.time`: continuous positions (float timestamps, V2PE fractional steps).
 """

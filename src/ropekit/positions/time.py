@@ -102,6 +102,12 @@ def time_positions(
         ValueError: naming the argument (non-finite values, bad scale, lossy float32 input, an integer difference
             ``timestamps - reference`` outside int64).
 
+    Traceable by ``torch.compile(fullgraph=True)`` for tensor timestamps (a list or NumPy array is read on the
+    host): the value checks then run on the device when the graph runs (``torch._assert_async``: a RuntimeError
+    stating the same rule, without the data-dependent values the eager message names; no host sync), and the
+    values are those of the eager call. Checks of the Python arguments (``scale``, ``reference``) still raise
+    while tracing.
+
     Example:
         >>> ns = torch.tensor([1_700_000_000_000_000_000, 1_700_000_000_123_456_789])
         >>> time_positions(ns, scale=1e9).tolist()  # int64 ns -> seconds since the first timestamp
@@ -110,31 +116,45 @@ def time_positions(
     t = _read_timestamps(timestamps)
     if t.dtype in (torch.float16, torch.bfloat16) or t.dtype == torch.bool or t.is_complex():
         raise ValueError(f"timestamps must be float64, float32 or integer, got {t.dtype}")
-    if t.dtype == torch.float32 and t.numel() and float(t.abs().max()) >= _F32_EXACT:
-        raise ValueError(
-            f"timestamps are float32 with magnitude up to {float(t.abs().max()):.6g} >= 2^24, where float32 "
-            "spacing exceeds 1: pass float64 or int64 timestamps"
-        )
+    traced = torch.compiler.is_compiling()  # value checks as device asserts: no host sync, no graph break
+    if t.dtype == torch.float32 and t.numel():
+        if traced:
+            torch._assert_async(
+                (~(t.abs() >= _F32_EXACT)).all(),  # nan passes here, as eagerly: the finite check names it
+                "timestamps are float32 with magnitude >= 2^24, where float32 spacing exceeds 1: pass float64 or "
+                "int64 timestamps (checked on the device)",
+            )
+        elif float(t.abs().max()) >= _F32_EXACT:
+            raise ValueError(
+                f"timestamps are float32 with magnitude up to {float(t.abs().max()):.6g} >= 2^24, where float32 "
+                "spacing exceeds 1: pass float64 or int64 timestamps"
+            )
     if t.is_floating_point():
         t = t.to(torch.float64)
-        if t.numel() and not bool(torch.isfinite(t).all()):
-            raise ValueError("timestamps must be finite")
+        if t.numel():
+            if traced:
+                torch._assert_async(
+                    torch.isfinite(t).all(), "timestamps must be finite (checked on the device)"
+                )
+            elif not bool(torch.isfinite(t).all()):
+                raise ValueError("timestamps must be finite")
     if (
         isinstance(scale, bool)
         or not isinstance(scale, numbers.Real)
-        or not (math.isfinite(scale) and scale > 0)
+        or not 0 < scale < math.inf  # False for nan; comparisons trace (math.isfinite does not)
     ):
         raise ValueError(f"scale must be a finite number > 0, got {scale!r}")
     if reference is not None and (
         isinstance(reference, bool)
         or not isinstance(reference, numbers.Real)
-        or (not isinstance(reference, numbers.Integral) and not math.isfinite(reference))
+        or (not isinstance(reference, numbers.Integral) and not -math.inf < reference < math.inf)
     ):
         raise ValueError(f"reference must be a finite number or None, got {reference!r}")
     if not t.is_floating_point():
         return _check_finite(_int_positions(t, reference, float(scale)), scale)
-    if reference is None:
-        ref = float(t.reshape(-1)[0]) if t.numel() else 0.0
+    ref: float | torch.Tensor
+    if reference is None:  # traced: the first timestamp stays a tensor (the same float64 subtraction)
+        ref = (t.reshape(-1)[0] if traced else float(t.reshape(-1)[0])) if t.numel() else 0.0
     else:
         try:
             ref = float(reference)
@@ -147,7 +167,13 @@ def time_positions(
 
 def _check_finite(out: torch.Tensor, scale: float) -> torch.Tensor:
     """Refuse a result past float64 (a tiny ``scale``): inf positions would only fail later, not naming scale."""
-    if out.numel() and not bool(torch.isfinite(out).all()):
+    if out.numel() and torch.compiler.is_compiling():
+        torch._assert_async(
+            torch.isfinite(out).all(),
+            "scale is too small for these timestamps: (timestamps - reference) / scale overflows float64; pass a "
+            "larger scale (checked on the device)",
+        )
+    elif out.numel() and not bool(torch.isfinite(out).all()):
         raise ValueError(
             f"scale={scale!r} is too small for these timestamps: (timestamps - reference) / scale overflows "
             "float64; pass a larger scale"
@@ -157,7 +183,10 @@ def _check_finite(out: torch.Tensor, scale: float) -> torch.Tensor:
 
 def _int_positions(t: torch.Tensor, reference: float | None, scale: float) -> torch.Tensor:
     """``(t - reference) / scale`` for int64 timestamps: the difference exact in int64 (refused, not wrapped, when
-    it leaves int64), then one rounding to float64; a fractional reference's fraction is subtracted after."""
+    it leaves int64), then one rounding to float64; a fractional reference's fraction is subtracted after. Traced by
+    torch.compile, the value checks are device asserts (:func:`_int_positions_traced`)."""
+    if torch.compiler.is_compiling():
+        return _int_positions_traced(t, reference, scale)
     if t.dtype == torch.uint64:
         t = t.view(torch.int64)  # the same values below 2^63 (torch has no uint64 max / compare kernels)
         if t.numel() and bool((t < 0).any()):
@@ -182,6 +211,48 @@ def _int_positions(t: torch.Tensor, reference: float | None, scale: float) -> to
                 f"difference spans [{lo - ref}, {hi - ref}], outside [-2^63, 2^63 - 1]; pass a reference nearer "
                 "the timestamps"
             )
+    out = (t - ref).to(torch.float64)
+    if frac:
+        out = out - frac
+    return out / scale
+
+
+def _int_positions_traced(t: torch.Tensor, reference: float | None, scale: float) -> torch.Tensor:
+    """:func:`_int_positions` under torch.compile: the same int64 arithmetic, the first timestamp kept as a tensor,
+    the range checks as device asserts (constant messages; the eager ones name the span, a data-dependent value).
+    A ``reference`` whose integer part is outside int64 is refused while tracing (it is a constant)."""
+    if t.dtype == torch.uint64:
+        t = t.view(torch.int64)  # the same values below 2^63
+        if t.numel():
+            torch._assert_async(
+                (t >= 0).all(),
+                "timestamps are uint64 with values >= 2^63, past int64: pass int64 timestamps (checked on the device)",
+            )
+    t = t.to(torch.int64)
+    if not t.numel():
+        return t.to(torch.float64) / scale
+    frac = 0.0
+    ref: int | torch.Tensor
+    if reference is None:
+        ref = t.reshape(-1)[0]  # [] int64: the first timestamp
+    else:
+        ref = math.floor(reference)
+        frac = float(reference - ref)
+        if not _I64_MIN <= ref <= _I64_MAX:
+            raise ValueError(
+                f"timestamps - reference overflows int64: reference={reference!r} has the integer part {ref}, "
+                "outside [-2^63, 2^63 - 1]; pass a reference nearer the timestamps"
+            )
+    # t - ref stays in int64 iff t >= MIN + ref (ref >= 0) or t <= MAX + ref (ref < 0): bounds computed without
+    # overflow (the clamps zero the side that does not apply)
+    if isinstance(ref, torch.Tensor):
+        ok = (t >= _I64_MIN + ref.clamp_min(0)) & (t <= _I64_MAX + ref.clamp_max(0))
+    else:
+        ok = (t >= _I64_MIN + max(ref, 0)) & (t <= _I64_MAX + min(ref, 0))
+    torch._assert_async(
+        ok.all(),
+        "timestamps - reference overflows int64: pass a reference nearer the timestamps (checked on the device)",
+    )
     out = (t - ref).to(torch.float64)
     if frac:
         out = out - frac

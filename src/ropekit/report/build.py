@@ -239,7 +239,11 @@ def _spec_json(spec: RopeSpec) -> dict[str, Any]:
 
 
 def build_report(source: Source) -> Report:
-    """Every analysis and figure for ``source``."""
+    """Every analysis and figure for ``source``.
+
+    Where ``source.weights_note`` says why a model folder's weights were not analysed (only pickle or TensorFlow /
+    Flax files, which ropekit never loads: :attr:`ropekit.report.sources.Source.weights_note`), the report carries
+    it: in ``data["weights_note"]`` and, without a weights figure, as the weights section's only note."""
     figs: dict[str, list[Figure]] = {k: [] for k in _SECTIONS}
     notes: dict[str, list[str]] = {k: [] for k in _SECTIONS}
     per_spec: dict[str, Any] = {}
@@ -277,6 +281,10 @@ def build_report(source: Source) -> Report:
                 png_bytes(figures.weights_figure(w, source.name)),
             )
         )
+    if source.weights_note:  # a model folder whose weights ropekit does not read (pickle only): say so
+        data["weights_note"] = source.weights_note
+        if not figs["weights"]:
+            notes["weights"].append(source.weights_note)
     sections = [
         Section(k, t, intro, figs[k], notes[k]) for k, (t, intro) in _SECTIONS.items() if figs[k] or notes[k]
     ]

@@ -4,7 +4,8 @@
 Lab checkpoints of the rotary encodings whose rotation is a :class:`~ropekit.spec.RopeSpec` are read: ``rope``,
 ``p-rope`` and ``single-frequency``, each built as the lab built it, from the keyword arguments the checkpoint's
 metadata records (``meta["encoding_kw"]``, written by ``ropekit.lab.experiments.common.model_plan``; a RoPE's
-``spec`` there is the RopeSpec's fields, its scaling scheme recognised by its fields' names). For ``rope``, a
+``spec`` there is the RopeSpec's fields, its scaling scheme's fields with its class name, ``"class"``; in a
+checkpoint written before the lab recorded the name, the scheme is recognised by its fields' names). For ``rope``, a
 ``spec`` dict (transformers rope parameters, :meth:`RopeSpec.from_hf`) may give the spec instead. Checkpoints
 written before the lab recorded ``encoding_kw`` are read from their ``tag`` where the lab's own tags say what was
 trained: ``prope<p>`` (the frequencies experiment's p-RoPE with fraction p), or the encoding's name and
@@ -93,8 +94,8 @@ def _lab_weights(path: Path, cfg: LMConfig, encoding_kw: dict[str, Any], train_l
     return analyse_lab_model(model, tokens, f"2 x {length} bytes of Python's json/__init__.py")
 
 
-#: the scaling schemes a recorded spec's ``scaling`` can be (it is recorded as the scheme's fields, without its
-#: class: ``ropekit.lab.experiments.common._json`` writes dataclasses with ``dataclasses.asdict``)
+#: the scaling schemes a recorded spec's ``scaling`` can be (``ropekit.lab.experiments.common._json`` records the
+#: scheme's fields and its class name; checkpoints written before it named the class record the fields alone)
 _SCALINGS: tuple[type[Scaling], ...] = tuple(
     c
     for c in (getattr(scaling_module, n) for n in scaling_module.__all__)
@@ -151,8 +152,8 @@ def _encoding_kw(meta: dict[str, Any], cfg: LMConfig) -> dict[str, Any] | None:
 
 
 def _decode_spec(raw: object) -> RopeSpec:
-    """A RopeSpec from its fields as ``common._json`` records them (``dataclasses.asdict``; the scaling scheme as
-    its own fields, recognised by their names)."""
+    """A RopeSpec from its fields as ``common._json`` records them (the scaling scheme as its own fields and its
+    class name: :func:`_decode_scaling`)."""
     where = "metadata 'encoding_kw.spec'"
     names = [f.name for f in dataclasses.fields(RopeSpec)]
     if not isinstance(raw, dict):
@@ -183,23 +184,43 @@ def _decode_spec(raw: object) -> RopeSpec:
 
 
 def _decode_scaling(raw: object) -> Scaling:
+    """The scaling scheme of a recorded spec: the class its ``SCALING_CLASS_KEY`` names (what the lab records
+    since), else -- a checkpoint written before -- the one scheme whose fields have the recorded names."""
+    from ropekit.lab.checkpoint import SCALING_CLASS_KEY
+
     where = "metadata 'encoding_kw.spec.scaling'"
     known = {c.__name__: [f.name for f in dataclasses.fields(c) if f.init] for c in _SCALINGS}  # type: ignore[arg-type]
     if not isinstance(raw, dict):
         raise ValueError(  # noqa: TRY004 - the CLI reports ValueErrors
             f"{where} must be a JSON object with a scaling scheme's fields, got {raw!r}"
         )
-    matches = [c for c in _SCALINGS if sorted(known[c.__name__]) == sorted(raw)]
-    if len(matches) != 1:
-        which = "no" if not matches else f"more than one ({', '.join(c.__name__ for c in matches)})"
-        raise ValueError(
-            f"{where} has the fields {sorted(raw)}, those of {which} ropekit scaling scheme, so the scheme is "
-            f"unknown (the schemes' fields: {known})"
-        )
+    fields = {k: v for k, v in raw.items() if k != SCALING_CLASS_KEY}
+    if SCALING_CLASS_KEY in raw:
+        name = raw[SCALING_CLASS_KEY]
+        if not isinstance(name, str) or name not in known:
+            raise ValueError(
+                f"metadata 'encoding_kw.spec.scaling.{SCALING_CLASS_KEY}' is {name!r}; expected the name of a "
+                f"ropekit scaling scheme, one of {sorted(known)}"
+            )
+        (cls,) = [c for c in _SCALINGS if c.__name__ == name]
+        if sorted(known[name]) != sorted(fields):
+            raise ValueError(
+                f"{where} names the scheme {name} but has the fields {sorted(fields)}; {name}'s fields are "
+                f"{sorted(known[name])}"
+            )
+    else:
+        matches = [c for c in _SCALINGS if sorted(known[c.__name__]) == sorted(fields)]
+        if len(matches) != 1:
+            which = "no" if not matches else f"more than one ({', '.join(c.__name__ for c in matches)})"
+            raise ValueError(
+                f"{where} has the fields {sorted(fields)}, those of {which} ropekit scaling scheme, and no "
+                f"{SCALING_CLASS_KEY!r} naming one, so the scheme is unknown (the schemes' fields: {known})"
+            )
+        (cls,) = matches
     try:
-        return matches[0](**raw)
+        return cls(**fields)
     except (TypeError, ValueError) as e:
-        raise ValueError(f"{where} is not a valid {matches[0].__name__} ({e})") from None
+        raise ValueError(f"{where} is not a valid {cls.__name__} ({e})") from None
 
 
 def _hf_spec(meta: dict[str, Any]) -> RopeSpec | None:

@@ -28,17 +28,21 @@ import torch
 
 from ropekit.phases import INT_DTYPES, check_positions, rope_tables
 from ropekit.rotation import torch_backend
+from ropekit.rotation.autograd import transforms_active
 from ropekit.rotation.kv_cache_checks import (
     _broadcasts,
     _check_fmt,
     _check_offsets,
     _check_slots,
+    _check_untransformed,
     _index,
     _no_overlap,
     _q_not_input,
     _same,
     _self_overlap,
     _tensor,
+    offsets_range,
+    slots_range,
 )
 from ropekit.rotation.kv_cache_kernel import fast_write, kernel_write, plan_key, use_kernel
 from ropekit.spec import RopeSpec, require_spec
@@ -130,8 +134,8 @@ def rope_cache_write(
         v: like k with last dim Dv.
         cache_k: [B, Hkv, S_max, D] (cache_format "bhsd") or [B, S_max, Hkv, D] ("bshd"); written in place.
         cache_v: like cache_k with last dim Dv.
-        offsets: [B] integer tensor (or one int for all): token s of sequence b goes to row offsets[b] + s;
-            0 <= offsets[b] and offsets[b] + S <= S_max.
+        offsets: [B] integer tensor (or one int, Python or numpy, for all): token s of sequence b goes to row
+            offsets[b] + s; 0 <= offsets[b] and offsets[b] + S <= S_max.
         spec: the RoPE spec (head_dim D, rotary_dim, layout).
         positions: rotation positions broadcastable to [B, S]; default offsets[b] + s.
         tables: precomputed float32 (cos, sin) broadcastable to [B, S, n] instead of positions
@@ -139,9 +143,15 @@ def rope_cache_write(
         q: [B, S, Hq, D] or [B, Hq, S, D] (same format as k), rotated in place at the same positions.
 
     Raises:
-        ValueError / TypeError naming the argument, before anything is written.
+        ValueError / TypeError naming the argument, before anything is written; also for a dual tensor
+        (forward-mode AD) and under a torch.func transform: the write is inference-only.
     """
     spec = require_spec(spec)
+    # forward-AD level open or torch.func running: refuse what the write cannot follow
+    if transforms_active():
+        _check_untransformed(
+            "rope_cache_write", "offsets", k, v, cache_k, cache_v, offsets, q, positions, tables
+        )
     plan_args = plan_key(
         f"{format}/{cache_format}", k, v, cache_k, cache_v, offsets, q, positions, tables, spec
     )
@@ -180,7 +190,7 @@ def rope_cache_write(
         if qb.shape[:2] != (B, S) or qb.shape[3] != D:
             raise ValueError(f"q shape {tuple(q.shape)} does not match k shape {tuple(k.shape)} ({format})")
     s_max = ckb.shape[1]
-    off = _index("offsets", offsets, (B,), k.device)
+    off = _index("offsets", offsets, (B,), k.device, lambda: offsets_range(S, s_max))
     _check_offsets(off, S, s_max)
     if positions is None and tables is None:
         positions = off[:, None] + torch.arange(S, device=k.device)
@@ -223,9 +233,15 @@ def rope_paged_cache_write(
         q: [T, Hq, D], rotated in place at the same positions.
 
     Raises:
-        ValueError / TypeError naming the argument, before anything is written.
+        ValueError / TypeError naming the argument, before anything is written; also for a dual tensor
+        (forward-mode AD) and under a torch.func transform: the write is inference-only.
     """
     spec = require_spec(spec)
+    # forward-AD level open or torch.func running: refuse what the write cannot follow
+    if transforms_active():
+        _check_untransformed(
+            "rope_paged_cache_write", "slots", k, v, cache_k, cache_v, slots, q, positions, tables
+        )
     plan_args = plan_key("paged", k, v, cache_k, cache_v, slots, q, positions, tables, spec)
     if plan_args is not None and fast_write(plan_args):
         return q
@@ -253,7 +269,7 @@ def rope_paged_cache_write(
     if q is not None and (q.shape[0] != T or q.shape[2] != D):
         raise ValueError(f"q shape {tuple(q.shape)} does not match k shape {tuple(k.shape)}")
     nb, bs = ck.shape[0], ck.shape[1]
-    sl = _index("slots", slots, (T,), k.device)
+    sl = _index("slots", slots, (T,), k.device, lambda: slots_range(nb * bs))
     _check_slots(sl, nb * bs)
     if positions is None and tables is None:
         raise ValueError("rope_paged_cache_write needs positions (or tables): slots are not positions")

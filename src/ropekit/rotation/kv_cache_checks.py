@@ -11,9 +11,12 @@ Shapes: as in :mod:`ropekit.rotation.kv_cache` (B batch, S new tokens per sequen
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 
 import torch
+import torch.autograd.forward_ad as _fwad
 
+from ropekit.integers import INT64_SPAN, as_int, shown
 from ropekit.kernels import cpu_build
 from ropekit.phases import INT_DTYPES
 from ropekit.rotation.overlap import internal_overlap
@@ -36,6 +39,41 @@ def _tensor(name: str, x: object, dims: int, what: str) -> torch.Tensor:
     return x
 
 
+def _check_untransformed(fn: str, index_name: str, *args: object) -> None:
+    """Refuse dual tensors (forward-mode AD) and torch.func transforms: the write is inference-only, its kernel and
+    index writes cannot carry a tangent into the cache (it would be dropped silently) and functorch's wrapped
+    tensors have no memory to write. ``args``: k, v, cache_k, cache_v, the index, q, positions, tables. Called
+    only while :func:`ropekit.rotation.autograd.transforms_active` (the eager fast path never pays for it)."""
+    *front, tables = args
+    tabs = tables if isinstance(tables, tuple) else (tables,)
+    tnames = ("tables[0] (cos)", "tables[1] (sin)") if isinstance(tables, tuple) else ("tables",)
+    names = ("k", "v", "cache_k", "cache_v", index_name, "q", "positions", *tnames)
+    named = zip(names, (*front, *tabs), strict=False)
+    functorch = torch._C._are_functorch_transforms_active()
+    for name, x in named:
+        if not isinstance(x, torch.Tensor):
+            continue
+        if functorch and torch._C._functorch.is_functorch_wrapped_tensor(x):
+            raise ValueError(
+                f"{name} is a tensor of a torch.func transform (vmap, grad, jvp, jacrev, ...; shape "
+                f"{tuple(x.shape)}), but {fn} is inference-only: it writes the cache in place and "
+                "nothing is differentiated or batched through it; call it outside the transform (rotate with "
+                "ropekit.apply_rope where a derivative is needed)"
+            )
+        if _fwad._current_level >= 0 and _fwad.unpack_dual(x).tangent is not None:  # type: ignore[no-untyped-call]
+            raise ValueError(
+                f"{name} carries a forward-mode AD tangent (torch.autograd.forward_ad.make_dual; shape "
+                f"{tuple(x.shape)}), but {fn} is inference-only: the cache cannot hold the tangent, so it would be "
+                "dropped; pass its primal (torch.autograd.forward_ad.unpack_dual(x).primal), or rotate with "
+                "ropekit.apply_rope, which differentiates"
+            )
+    if functorch:
+        raise ValueError(
+            f"{fn} cannot run under a torch.func transform (vmap, grad, jvp, jacrev, ...): it is inference-only and "
+            "writes the cache in place through raw pointers; call it outside the transform"
+        )
+
+
 def _same(names: list[str], xs: list[torch.Tensor]) -> None:
     for n, x in zip(names[1:], xs[1:], strict=True):
         if x.dtype != xs[0].dtype:
@@ -44,15 +82,40 @@ def _same(names: list[str], xs: list[torch.Tensor]) -> None:
             raise ValueError(f"{n} is on {x.device} but {names[0]} is on {xs[0].device}; they must match")
 
 
-def _index(name: str, x: object, shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
-    if isinstance(x, int) and not isinstance(x, bool):
-        x = torch.full(shape, x, dtype=torch.int64)
+def _index(
+    name: str, x: object, shape: tuple[int, ...], device: torch.device, expected: Callable[[], str]
+) -> torch.Tensor:
+    """``x`` (an integer tensor of ``shape``, or one int -- Python, numpy or symbolic -- for every entry) as int64
+    on ``device``. An int that int64 cannot hold is refused here, naming ``name``, the value and ``expected()``
+    (the valid range, formatted only then: under ``torch.compile`` formatting a symbolic size would specialise
+    it); the range of every entry is the caller's next check."""
+    # a Python int, or a traced symbolic one (dynamo reports a SymInt's type as int): compared, never converted
+    # (operator.index would pin a symbolic int to its value); numpy integers through as_int
+    n = x if type(x) is int or isinstance(x, torch.SymInt) else None
+    if n is None and not isinstance(x, torch.Tensor):
+        n = as_int(x)
+    if n is not None:
+        if not -INT64_SPAN <= n < INT64_SPAN:  # torch.full would raise a bare OverflowError
+            raise ValueError(f"{name} = {shown(n)} is out of range: {expected()}")
+        x = torch.full(shape, n, dtype=torch.int64)  # type: ignore[arg-type]  # n may be a SymInt
     if not isinstance(x, torch.Tensor) or x.dtype not in INT_DTYPES:
         got = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
-        raise ValueError(f"{name} must be an integer tensor of shape {shape}, got {got}")
+        raise ValueError(f"{name} must be an int or an integer tensor of shape {shape}, got {got}")
     if tuple(x.shape) != shape:
         raise ValueError(f"{name} must have shape {shape}, got {tuple(x.shape)}")
     return x.to(device=device, dtype=torch.int64)
+
+
+def offsets_range(S: int | torch.SymInt, rows: int | torch.SymInt) -> str:
+    """The valid offsets for S new tokens in a cache of ``rows`` rows per sequence (for error messages)."""
+    if S > rows:
+        return f"no offset fits {S} new tokens in a cache of {rows} rows per sequence"
+    return f"need 0 <= offset <= {rows - S} ({S} new tokens, a cache of {rows} rows per sequence)"
+
+
+def slots_range(capacity: int | torch.SymInt) -> str:
+    """The valid slots of a paged cache of ``capacity`` slots (for error messages)."""
+    return f"need 0 <= slot < {capacity} (num_blocks * block_size)"
 
 
 def _byte_range(x: torch.Tensor) -> tuple[int, int]:
@@ -69,7 +132,7 @@ def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
     )
 
 
-def _check_slots(sl: torch.Tensor, capacity: int) -> None:
+def _check_slots(sl: torch.Tensor, capacity: int | torch.SymInt) -> None:
     """Every slot in [0, capacity) and none twice (in C when the kernel is there: no per-call tensor ops)."""
     T = sl.numel()
     if not T:
@@ -77,7 +140,10 @@ def _check_slots(sl: torch.Tensor, capacity: int) -> None:
     if torch.compiler.is_compiling():  # traced: checked on the device when the graph runs, no host sync
         srt = sl.sort().values
         ok = (srt[0] >= 0) & (srt[-1] < capacity) & (srt[1:] != srt[:-1]).all()
-        torch._assert_async(ok, f"slots must be distinct and inside the cache (0 <= slot < {capacity})")
+        # no sizes in the message: formatting a symbolic size (dynamic shapes) would specialise the graph to it
+        torch._assert_async(
+            ok, "slots must be distinct and inside the cache (0 <= slot < num_blocks * block_size)"
+        )
         return
     lib = cpu_build.load() if sl.device.type == "cpu" else None
     if lib is not None:
@@ -104,16 +170,19 @@ def _check_slots(sl: torch.Tensor, capacity: int) -> None:
         )
 
 
-def _check_offsets(off: torch.Tensor, S: int, rows: int) -> None:
+def _check_offsets(off: torch.Tensor, S: int | torch.SymInt, rows: int | torch.SymInt) -> None:
+    """0 <= offsets[b] <= rows - S for every b (``off + S`` could wrap past int64: never computed)."""
     B = off.numel()
     if not B:
         return
     if S > rows:  # no offset can fit: say so, not "need 0 <= offset <= <negative>"
         raise ValueError(f"k has {S} new tokens but the cache holds only {rows} rows per sequence")
     if torch.compiler.is_compiling():  # traced: checked on the device when the graph runs
-        ok = ((off >= 0) & (off + S <= rows)).all()
+        ok = ((off >= 0) & (off <= rows - S)).all()
+        # no sizes in the message: formatting a symbolic size (a dynamic new-token count) would specialise the
+        # graph to it (one graph per length)
         torch._assert_async(
-            ok, f"offsets must fit {S} new tokens in a cache of {rows} rows (0 <= offset <= {rows - S})"
+            ok, "offsets must fit the new tokens in the cache (0 <= offset <= rows - new tokens)"
         )
         return
     lib = cpu_build.load() if off.device.type == "cpu" else None
@@ -123,7 +192,7 @@ def _check_offsets(off: torch.Tensor, S: int, rows: int) -> None:
         rc = lib.ropekit_check_offsets(off.data_ptr(), B, S, rows, ctypes.byref(bad))
         b = bad.value
     else:
-        wrong = (off < 0) | (off + S > rows)
+        wrong = (off < 0) | (off > rows - S)
         rc = int(bool(wrong.any()))
         b = int(torch.argmax(wrong.to(torch.int8)))
     if rc:

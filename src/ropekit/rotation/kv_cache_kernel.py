@@ -88,8 +88,20 @@ def plan_key(
         return None
     if tables is not None and positions is None:
         return (kind, k, v, cache_k, cache_v, index, q, tables, spec)
-    if tables is None and (positions is None or (isinstance(positions, torch.Tensor) and positions.dtype in INT_DTYPES)):
-        return (kind, k, v, cache_k, cache_v, index, q, ("positions", positions), spec)  # positions None: the default
+    if tables is None and (
+        positions is None or (isinstance(positions, torch.Tensor) and positions.dtype in INT_DTYPES)
+    ):
+        return (
+            kind,
+            k,
+            v,
+            cache_k,
+            cache_v,
+            index,
+            q,
+            ("positions", positions),
+            spec,
+        )  # positions None: the default
     return None
 
 
@@ -122,7 +134,9 @@ def fast_write(args: tuple[Any, ...]) -> bool:
         or v.requires_grad
         or ck.requires_grad
         or cv.requires_grad
-        or (q is not None and q.requires_grad)  # q is rotated in place: checked on every call, as k, v, caches
+        or (
+            q is not None and q.requires_grad
+        )  # q is rotated in place: checked on every call, as k, v, caches
     ):  # the full path refuses a tensor in an autograd graph with its ValueError
         return False
     lib = cpu_build.load()
@@ -158,8 +172,12 @@ def fast_write(args: tuple[Any, ...]) -> bool:
         return False
     tpos = None if tables[1] is None else tables[1].data_ptr()
 
-    def call(rows: torch.Tensor) -> int:  # rows: held while the kernel reads them, whatever another thread grows
-        sin_ptr = rows.data_ptr() + rows.element_size() * rows.shape[-1]  # a row's sin, n floats after its cos
+    def call(
+        rows: torch.Tensor,
+    ) -> int:  # rows: held while the kernel reads them, whatever another thread grows
+        sin_ptr = (
+            rows.data_ptr() + rows.element_size() * rows.shape[-1]
+        )  # a row's sin, n floats after its cos
         return int(plan.fn(*ptrs, rows.data_ptr(), sin_ptr, idx.data_ptr(), tpos, rows.shape[0], plan.params))
 
     if plan.cache.grown_call(call) != 0:  # nothing written: the full path, exact tables for these positions

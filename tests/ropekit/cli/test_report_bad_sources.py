@@ -155,6 +155,29 @@ def test_a_model_folder_with_only_pickle_weights_says_they_were_skipped(
     assert '<section id="weights">' in page and "weights section skipped" in page
 
 
+def test_the_cli_and_build_report_give_the_same_weights_note(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The note is build_report's (ropekit.report.build), not the CLI's: the CLI's JSON is build_report's, the page
+    holds the note once, in the last section, and stderr prints it once."""
+    from ropekit.report.build import build_report
+    from ropekit.report.sources import resolve
+
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(_TINY_CONFIG))
+    (folder / "pytorch_model.bin").write_bytes(b"\x80\x04N.")
+    out = tmp_path / "r"
+    assert main(["report", str(folder), "--out", str(out), "--json"]) == 0
+    cap = capsys.readouterr()
+    api = build_report(resolve(str(folder))).data
+    assert json.loads(cap.out) == api and "weights_note" in api
+    assert cap.err.count(api["weights_note"]) == 1
+    page = (out / "index.html").read_text()
+    assert page.count("weights section skipped") == 1
+    assert page.rindex("<section id=") == page.index('<section id="weights">')
+
+
 def test_a_folder_with_only_a_config_gets_no_weights_note(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

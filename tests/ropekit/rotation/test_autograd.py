@@ -173,8 +173,8 @@ def test_explicit_cpu_backend_refuses_tangents_and_torch_func(entry: str) -> Non
 def test_forward_ad_through_learnable_tables() -> None:
     """Dual tables (forward-mode AD with respect to frequencies), float32 q (the fused CPU kernel's dtype, which
     dropped the tangent): the tangent is the derivative of the rotation written from its definition in float64 torch
-    ops (tests/ropekit/rotation/test_apply.py), taken by torch.func.jvp."""
-    from tests.ropekit.rotation.test_apply import _rotate_by_tables_ref
+    ops (tests/ropekit/rotation/test_apply_autograd.py), taken by torch.func.jvp."""
+    from tests.ropekit.rotation.test_apply_autograd import _rotate_by_tables_ref
 
     torch.manual_seed(2)
     q = torch.randn(1, 4, 2, 16)

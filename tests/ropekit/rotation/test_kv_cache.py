@@ -114,7 +114,7 @@ def _contig() -> tuple[torch.Tensor, ...]:
     [
         ({"offsets": torch.tensor([0, 4])}, r"offsets\[1\] = 4"),
         ({"offsets": torch.tensor([-1, 0])}, r"offsets\[0\] = -1"),
-        ({"offsets": torch.tensor([0.0, 1.0])}, "offsets must be an integer tensor"),
+        ({"offsets": torch.tensor([0.0, 1.0])}, "offsets must be an int or an integer tensor"),
         ({"offsets": torch.tensor([0, 1, 2])}, r"offsets must have shape \(2,\)"),
         ({"v": torch.randn(2, 4, 2, 8)}, "v shape"),
         ({"k": torch.randn(2, 3, 2, 8, dtype=torch.float64)}, "dtype"),

@@ -7,17 +7,20 @@ from __future__ import annotations
 import json
 import platform
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, is_dataclass
+from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from ropekit.lab.checkpoint import SCALING_CLASS_KEY
 from ropekit.lab.data import Corpus, train_batch
 from ropekit.lab.model import LMConfig, TinyLM
 from ropekit.lab.train import PRECISIONS, TrainResult, check_resume, train
+from ropekit.scaling import Scaling
 
 __all__ = [
+    "SCALING_CLASS_KEY",
     "Budget",
     "ModelPlan",
     "budget",
@@ -147,13 +150,25 @@ class ModelPlan:
             check_resume(self.ckpt, self.cfg, self.meta)
 
 
+def _plain(v: Any) -> Any:
+    """``v`` with its dataclasses as dicts of their fields (``dataclasses.asdict``'s form), recursively, and each
+    :class:`~ropekit.scaling.Scaling` among them also naming its class (:data:`SCALING_CLASS_KEY`: two schemes
+    with the same field names stay apart)."""
+    if is_dataclass(v) and not isinstance(v, type):
+        d = {f.name: _plain(getattr(v, f.name)) for f in fields(v)}
+        return {SCALING_CLASS_KEY: type(v).__name__, **d} if isinstance(v, Scaling) else d
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    return v
+
+
 def _json(value: Any) -> Any:
-    """``value`` as JSON data (dataclasses such as a RopeSpec as dicts), for the checkpoint's identity."""
-
-    def default(v: Any) -> Any:
-        return asdict(v) if is_dataclass(v) and not isinstance(v, type) else repr(v)
-
-    return json.loads(json.dumps(value, default=default))
+    """``value`` as JSON data, for the checkpoint's identity: dataclasses such as a RopeSpec as dicts of their
+    fields, a scaling scheme's with its class name under :data:`SCALING_CLASS_KEY` (e.g. ``{"class": "Yarn",
+    "factor": 4.0, ...}``); anything else JSON cannot hold as its ``repr``. Nothing is pickled."""
+    return json.loads(json.dumps(_plain(value), default=repr))
 
 
 def model_plan(
