@@ -49,7 +49,7 @@ import warnings
 from contextvars import ContextVar
 from typing import Any
 
-from ropekit.hf.config_families import ROTARY_DIM_TYPES
+from ropekit.hf.config_families import LONGROPE_MSCALE_TYPES, ROTARY_DIM_TYPES
 from ropekit.hf.config_keys import _COMMON, KNOWN_KEYS, _rope_dict
 from ropekit.hf.config_rules import check_computable, config_errors
 from ropekit.hf.config_scaling import _scaling
@@ -154,6 +154,10 @@ def _spec(
         raise ValueError(f"unknown rope_type {t!r}; known: {sorted(KNOWN_KEYS)}")
     required, optional = KNOWN_KEYS[t]
     known = _COMMON | required | optional
+    if (
+        t == "longrope" and model_type in LONGROPE_MSCALE_TYPES
+    ):  # Phi-MoE's cos / sin multipliers (config_scaling)
+        known = known | {"short_mscale", "long_mscale"}
     null = sorted(k for k in required | {"rope_theta", "partial_rotary_factor"} if k in rp and rp[k] is None)
     if t == "yarn" and null == ["factor"]:  # transformers derives it (its DeepSeek-V3 note); read in _scaling
         null = []

@@ -35,6 +35,14 @@ ORIGINAL_MAX_DEFAULT = {"phi3": 4096, "phi4_multimodal": 4096}
 #: families whose config class overwrites the top-level ``original_max_position_embeddings`` with the rope dict's
 #: (Phi-MoE's ``validate_rope``), so a top-level value is never read
 ORIGINAL_MAX_IGNORES_TOP = frozenset({"phimoe"})
+#: families whose transformers rotary module multiplies a LongRoPE cos and sin by the rope dict's ``short_mscale``
+#: (lengths up to ``original_max_position_embeddings``) / ``long_mscale`` (past it) instead of the attention factor
+#: (``PhimoeRotaryEmbedding.forward``; Phi-3.5-MoE ships both, 1.2432, where the formula gives 1.1902)
+LONGROPE_MSCALE_TYPES = frozenset({"phimoe"})
+#: families whose transformers 5.23 rotary forward recomputes LongRoPE frequencies without the length
+#: (``self.rope_init_fn(self.config)``), so it keeps the short factors past L0; ropekit switches to the long ones,
+#: as Phi-3.5-MoE's reference code and vLLM do (``ropekit.hf.patch`` warns: the outputs differ past L0)
+LONGROPE_SHORT_ONLY_TYPES = frozenset({"phimoe"})
 #: families whose transformers attention rotates the first ``rotary_dim`` channels (its config class's default: 64)
 ROTARY_DIM_TYPES = frozenset({"gptj", "codegen"})
 #: families whose transformers config turns a top-level ``rotary_dim`` into ``rotary_dim / head_dim``

@@ -11,6 +11,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+from ropekit.hf.config_families import LONGROPE_MSCALE_TYPES
 from ropekit.hf.config_rules import refuse
 from ropekit.hf.config_values import _factors, _int, _max_positions, _num, _Reader
 from ropekit.integers import as_real
@@ -139,6 +140,8 @@ def _scaling(r: _Reader, t: str, rp: dict[str, Any], cfg: dict[str, Any], model_
             kw["factor"] = _num(r, rp, "factor", lo=1.0)
         if rp.get("attention_factor") is not None:
             kw["attention_factor_"] = _num(r, rp, "attention_factor", lo=0.0, lo_open=True)
+        if model_type in LONGROPE_MSCALE_TYPES:
+            _longrope_mscales(r, rp, kw, model_type)
         return LongRope(**kw) if r.strict else unchecked(LongRope, **kw)
     if t == "llama3":
         L0 = _int(rp, "original_max_position_embeddings")
@@ -165,3 +168,50 @@ def _scaling(r: _Reader, t: str, rp: dict[str, Any], cfg: dict[str, Any], model_
             original_max_position_embeddings=L0,
         )
     raise AssertionError(t)  # pragma: no cover - unknown types are refused earlier
+
+
+def _longrope_mscales(r: _Reader, rp: dict[str, Any], kw: dict[str, Any], model_type: str) -> None:
+    """Phi-MoE's ``short_mscale`` / ``long_mscale`` as the LongRope attention factor (``kw["attention_factor_"]``).
+
+    Its rotary module multiplies cos and sin by ``short_mscale`` for lengths up to L0 and by ``long_mscale`` past
+    it, in place of the attention factor (an ``attention_factor`` key is then not read); Phi-3.5-MoE ships both
+    equal (1.2432; the formula sqrt(1 + ln s / ln L0) gives 1.1902 there). One missing falls back to the
+    attention factor, as Phi-3.5-MoE's reference code does. ropekit's LongRope has one attention factor, so two
+    different values are a problem (strict: refused; ``strict=False``: a warning, and ``short_mscale``).
+    """
+    given = {
+        k: _num(r, rp, k, lo=0.0, lo_open=True)
+        for k in ("short_mscale", "long_mscale")
+        if rp.get(k) is not None
+    }
+    if not given:
+        return
+    formula: float | None = None
+    if len(given) < 2:  # the other one falls back to the attention factor
+        try:
+            formula = unchecked(LongRope, **kw).attention_factor
+        except (
+            TypeError,
+            ValueError,
+            ZeroDivisionError,
+            OverflowError,
+        ):  # LongRope's own check names the key
+            return
+    short, long = given.get("short_mscale", formula), given.get("long_mscale", formula)
+    if short != long:
+        r.problem(
+            f"rope parameters short_mscale={short!r} and long_mscale={long!r} differ (a missing one is the attention "
+            f"factor {formula!r}): model_type {model_type!r} multiplies cos and sin by short_mscale up to "
+            "original_max_position_embeddings and by long_mscale past it, but a ropekit LongRope has one attention "
+            "factor; short_mscale is used"
+        )
+    if (
+        "attention_factor" in rp
+        and rp["attention_factor"] is not None
+        and kw.get("attention_factor_") != short
+    ):
+        r.problem(
+            f"rope parameter attention_factor={rp['attention_factor']!r} is not read by model_type {model_type!r}, "
+            f"whose cos and sin are multiplied by short_mscale={short!r} instead; expected no attention_factor"
+        )
+    kw["attention_factor_"] = short

@@ -47,6 +47,7 @@ from torch import nn
 
 from ropekit.hf.apply import wrap_apply
 from ropekit.hf.cast import buffer_spec, warn_cast
+from ropekit.hf.config_families import LONGROPE_SHORT_ONLY_TYPES
 from ropekit.hf.families import FAMILIES, Family, family_for_class
 from ropekit.hf.probe import rounded_dtype, verify_rotary
 from ropekit.hf.rotary import (
@@ -55,6 +56,7 @@ from ropekit.hf.rotary import (
     ropekit_class,
     specs_for_config,
 )
+from ropekit.scaling import LongRope
 
 __all__ = ["SUPPORTED_CLASSES", "patch", "patched", "unpatch"]
 
@@ -230,6 +232,7 @@ def patch(model: nn.Module, *, cache_correct: bool = False) -> nn.Module:
             )
     if ignored:
         warnings.warn(f"ropekit.hf.patch left unrecognised rotary modules alone: {ignored}", stacklevel=2)
+    _warn_short_only(model, todo)
     for name, m, _cls, specs in todo:
         dtype = rounded[name]
         if dtype is not None:
@@ -312,3 +315,24 @@ def patched(model: nn.Module, *, cache_correct: bool = False) -> Iterator[nn.Mod
     finally:
         if not already:
             unpatch(model)
+
+
+def _warn_short_only(model: nn.Module, todo: list[Any]) -> None:
+    """A family whose transformers rotary keeps LongRoPE's short factors past L0 (:data:`LONGROPE_SHORT_ONLY_TYPES`):
+    the patched model switches to the long ones there, so its outputs differ from the unpatched model's past L0."""
+    model_type = getattr(model.config, "model_type", None)
+    if model_type not in LONGROPE_SHORT_ONLY_TYPES:
+        return
+    for _name, _m, _cls, specs in todo:
+        for spec in specs.values():
+            if isinstance(spec.scaling, LongRope):
+                L0 = spec.scaling.original_max_position_embeddings
+                warnings.warn(
+                    f"model_type {model_type!r}: transformers' rotary keeps LongRoPE's short factors at every length; "
+                    f"the patched model switches to the long factors past original_max_position_embeddings={L0}, "
+                    "as the model's reference code and vLLM do, so its outputs differ from the unpatched model's "
+                    f"for sequences longer than {L0} (docs/hf.md)",
+                    UserWarning,
+                    stacklevel=3,
+                )
+                return

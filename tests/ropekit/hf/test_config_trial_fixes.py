@@ -137,9 +137,10 @@ def test_phi3_class_default_original_max_wins_and_phimoe_ignores_the_top_level()
         "rope_scaling": {**LONGROPE, **mscales, L0_KEY: 8192},
     }
     with pytest.warns(UserWarning, match=f"config {L0_KEY}=2048 is not read for model_type 'phimoe'"):
-        spec = RopeSpec.from_hf(moe, strict=False)  # (short_mscale / long_mscale: unknown keys to ropekit)
-    for seq_len in (2049, 8193):
-        _close(spec, *_hf_inv(_hf("PhimoeConfig", moe), seq_len), seq_len)
+        spec = RopeSpec.from_hf(moe, strict=False)
+    for seq_len in (2049, 8193):  # Phi-MoE multiplies cos / sin by the mscales (1.0), not the attention factor
+        inv, _ = _hf_inv(_hf("PhimoeConfig", moe), seq_len)
+        _close(spec, inv, mscales["short_mscale"], seq_len)
 
 
 def _gemma3(full: dict[str, Any], **top: Any) -> dict[str, Any]:
