@@ -81,10 +81,11 @@ def check_positions(positions: object, name: str = "positions") -> torch.Tensor:
                 positions, name
             )  # traced: on the device when the graph runs, no host sync
             return positions
-        lo, hi = torch.aminmax(positions)  # one pass; nan propagates to both
+        vals = _unwrapped(positions)  # under vmap / grad: the values of every batch entry
+        lo, hi = torch.aminmax(vals)  # one pass; nan propagates to both
         mag = max(-float(lo), float(hi))
         if not mag < FLOAT_POSITION_BOUND:  # nan and +-inf too
-            bad = positions[~(positions.abs() < FLOAT_POSITION_BOUND)].flatten()[0].item()
+            bad = vals[~(vals.abs() < FLOAT_POSITION_BOUND)].flatten()[0].item()
             raise ValueError(
                 f"{name} must be finite with magnitude below 2**63 = {FLOAT_POSITION_BOUND:.6g} "
                 f"(the integer part must fit in int64 for exact phases), found {bad!r}"
@@ -95,6 +96,15 @@ def check_positions(positions: object, name: str = "positions") -> torch.Tensor:
                 "represent every integer (16777217 reads as 16777216): the positions were already rounded; pass "
                 "int64 positions, or float64 for fractional ones"
             )
+    return positions
+
+
+def _unwrapped(positions: torch.Tensor) -> torch.Tensor:
+    """The plain tensor under torch.func wrappers (vmap's batched tensors, grad's tracking tensors): its values can
+    be read on the host, which a wrapper refuses (``.item()`` under vmap)."""
+    fn = torch._C._functorch
+    while fn.is_batchedtensor(positions) or fn.is_gradtrackingtensor(positions):
+        positions = fn.get_unwrapped(positions)
     return positions
 
 

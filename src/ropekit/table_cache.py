@@ -104,6 +104,8 @@ class TableCache:
         """The rows of 1-D positions [N] as one [N, 2, n] tensor (a slice of the cache for a consecutive run, else
         a fresh gather), or None when a position is outside [0, limit). The decode fast paths hand its data pointer
         to a prepared kernel plan (cos at row offset 0, sin at n) without making two views of it."""
+        if torch._C._are_functorch_transforms_active() and torch._C._functorch.is_batchedtensor(flat):
+            return None  # vmap over the positions: no data-dependent read; the caller's exact path serves them
         rows = self.rows
         out = None
         if flat.numel() >= _SLICE_MIN:

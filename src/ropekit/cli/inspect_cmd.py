@@ -190,6 +190,10 @@ def _write_view(rep: dict[str, Any], out: TextIO) -> None:
         verdict = f"base {s['base']:g} meets it"
     else:
         verdict = f"base {s['base']:g} fails it (B(m) < 0 first at m = {sm['base_bound_first_violation']:,})"
+        if (
+            lb is not None and s["base"] >= lb
+        ):  # above the smallest passing base: the condition is not monotone
+            verdict += "; the condition is not monotone in the base: a base above the bound can fail it"
     shown = "not computed" if not sm["base_bound_scanned"] else ("> 1e15" if lb is None else f"{lb:.3g}")
     w(
         f"  base lower bound (Men et al. 2024)               : {shown} "

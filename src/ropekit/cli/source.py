@@ -15,6 +15,7 @@ Shapes: none (argument handling only).
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import re
 import sys
@@ -185,8 +186,16 @@ def resolve_views(args: argparse.Namespace) -> tuple[str | None, list[LayerView]
             raise ValueError(f"SOURCE {args.source!r} is a folder without config.json")
         path = path / "config.json"
     elif not path.is_file():
+        near = difflib.get_close_matches(args.source.lower(), list(PRESETS), n=1, cutoff=0.8)
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        what = (
+            "no such file or folder, and not a preset"
+            if not path.exists()
+            else "not a regular file or preset"
+        )
         raise ValueError(
-            f"{args.source!r} is neither a preset ({', '.join(PRESETS)}), a config.json file nor a model folder"
+            f"{args.source!r}: {what}{hint}; SOURCE is a preset ({', '.join(PRESETS)}), a config.json file or a "
+            "model folder"
         )
     text = config_text(
         path, f"a preset name ({', '.join(PRESETS)}), a config.json or a model folder holding one"

@@ -244,6 +244,7 @@ def patch(model: nn.Module, *, cache_correct: bool = False) -> nn.Module:
         original = type(m)
         m.__class__ = cls
         m._ropekit_specs = specs  # type: ignore[assignment]
+        m._ropekit_patched = True  # type: ignore[assignment]  # not the probe's copies (ropekit.hf.buffer_edit)
         record.modules.append((m, original))
         fam: Family = cls._ropekit_family  # type: ignore[attr-defined]
         _wrap_functions(model, record, sys.modules[original.__module__], fam)
@@ -291,6 +292,11 @@ def unpatch(model: nn.Module) -> nn.Module:
         m.__class__ = original
         for attr in [a for a in m.__dict__ if a.startswith("_ropekit_")]:  # specs, cache state, memos
             del m.__dict__[attr]
+    for m in model.modules():  # built while patched (type(model.model.rotary_emb)(config=...)): not recorded
+        if isinstance(m, RopekitRotary):
+            m.__class__ = next(c for c in type(m).__bases__ if c is not RopekitRotary)  # Ropekit<Original>
+            for attr in [a for a in m.__dict__ if a.startswith("_ropekit_")]:
+                del m.__dict__[attr]
     for key in record.functions:
         entry = _FUNCTIONS.get(key)
         if entry is None:

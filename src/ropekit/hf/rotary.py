@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ropekit.hf.buffer_edit import edited_after_patch
 from ropekit.hf.cast import buffer_spec, cast_dtype, round_trip_dtype, warn_cast
 from ropekit.hf.config import spec_from_hf
 from ropekit.hf.config_keys import _as_dict, layer_type_entries
@@ -187,6 +188,12 @@ class RopekitRotary(nn.Module):
         if rounded is not None:  # a cast model: transformers rotates with the buffer's rounded frequencies
             if not torch.compiler.is_compiling():
                 warn_cast(self, rounded, type(self).__name__, stacklevel=6)
+            spec, seq_len = buffer_spec(self, spec, layer_type), None
+        elif (
+            self._ropekit_reads_buffers
+            and not torch.compiler.is_compiling()
+            and edited_after_patch(self, spec, layer_type)
+        ):  # the buffer edited after the patch: transformers rotates with it (ropekit.hf.buffer_edit)
             spec, seq_len = buffer_spec(self, spec, layer_type), None
         if (
             seq_len is None

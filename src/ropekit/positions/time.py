@@ -9,10 +9,12 @@ spacing is 2.4e-7 s at Unix seconds ~1.7e9), so absolute times are best re-refer
 exactly in int64 for integer ones (int64 nanoseconds ~1.7e18 are past float64's 2^53).
 
 - :func:`time_positions`: ``(t - t_ref) / scale`` as float64, e.g. ``scale`` = seconds per position unit
-  (Qwen2.5-VL's ``tokens_per_second`` is ``scale = 1 / tps``).
+  (Qwen2.5-VL's ``tokens_per_second`` is ``scale = 1 / tps``); by default each row starts at its own first (valid,
+  ``mask=``) timestamp; NumPy datetime64 / timedelta64 are read as int64 nanoseconds.
 - :func:`v2pe_positions`: text advances by 1, visual tokens by ``delta`` (Ge et al. 2024, "V2PE", arXiv
-  2412.09616): token i of a visual run sits at ``cur + i * delta`` and the token after the run at
-  ``ceil(cur + n * delta)`` (with ``delta = 1`` this is plain 1-D positions).
+  2412.09616): the k-th token of a visual run (k = 1 .. n) sits at ``last + k * delta``, ``last`` being the
+  position of the token before the run, and the token after the run at ``ceil(last + n * delta) + 1`` (with
+  ``delta = 1`` this is plain 1-D positions).
 
 Shapes: N tokens.
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -67,6 +70,13 @@ def _read_timestamps(timestamps: object) -> torch.Tensor:
         return timestamps
     try:
         arr = np.asarray(timestamps)
+        if arr.dtype.kind in "mM":  # datetime64 / timedelta64 (pandas, polars): int64 nanoseconds
+            ns = arr.astype("datetime64[ns]" if arr.dtype.kind == "M" else "timedelta64[ns]")
+            if np.isnat(ns).any():
+                raise ValueError(
+                    "timestamps hold NaT (not a time): pass a mask= of the valid entries instead"
+                )
+            return torch.from_numpy(np.ascontiguousarray(ns.view(np.int64)))
         if arr.dtype.kind not in "biuf":  # object (ints past int64, ragged lists), strings, complex, ...
             raise TypeError(f"NumPy reads it as dtype {arr.dtype}")
         return torch.from_numpy(np.ascontiguousarray(arr))
@@ -82,6 +92,7 @@ def time_positions(
     *,
     reference: float | None = None,
     scale: float = 1.0,
+    mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Float64 positions ``(t - reference) / scale`` from timestamps.
 
@@ -91,12 +102,19 @@ def time_positions(
             seconds and the input is already rounded (pass float64 or int64).
         reference: subtracted first: from integer timestamps exactly, in int64, before the conversion to
             float64 (a fractional part of the reference after it); from float timestamps in float64. Default:
-            the first timestamp (so the result starts at 0).
+            the first (valid) timestamp of each sequence, i.e. along the last dimension, so every row of a
+            [b, s] batch starts at 0 (rows far apart on the clock keep their own resolution: RoPE only reads
+            differences within a sequence).
+        mask: optional bool [*P], True for real timestamps: padded entries (any value, NaN or NaT included) are
+            left out of the checks and of the default reference, and come out as 0.0.
         scale: time per position unit (> 0).
+
+    A NumPy ``datetime64`` / ``timedelta64`` array is read as int64 nanoseconds (``scale=1e9`` gives seconds).
 
     Returns:
         float64 [*P]. For integer timestamps the difference is exact and rounded once to float64 (exact when
-        below 2^53 in magnitude), so int64 nanoseconds keep every nanosecond after re-referencing.
+        below 2^53 in magnitude), so int64 nanoseconds keep every nanosecond after re-referencing; a difference
+        past 2^53 is rounded with a warning naming it (eagerly).
 
     Raises:
         ValueError: naming the argument (non-finite values, bad scale, lossy float32 input, an integer difference
@@ -117,6 +135,15 @@ def time_positions(
     if t.dtype in (torch.float16, torch.bfloat16) or t.dtype == torch.bool or t.is_complex():
         raise ValueError(f"timestamps must be float64, float32 or integer, got {t.dtype}")
     traced = torch.compiler.is_compiling()  # value checks as device asserts: no host sync, no graph break
+    if mask is not None:
+        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.shape != t.shape:
+            got = (
+                f"{mask.dtype} {tuple(mask.shape)}" if isinstance(mask, torch.Tensor) else type(mask).__name__
+            )
+            raise ValueError(
+                f"mask must be a bool tensor of the timestamps' shape {tuple(t.shape)}, got {got}"
+            )
+        t = torch.where(mask.to(t.device), t, torch.zeros((), dtype=t.dtype, device=t.device))  # padding: 0
     if t.dtype == torch.float32 and t.numel():
         if traced:
             torch._assert_async(
@@ -151,18 +178,48 @@ def time_positions(
     ):
         raise ValueError(f"reference must be a finite number or None, got {reference!r}")
     if not t.is_floating_point():
-        return _check_finite(_int_positions(t, reference, float(scale)), scale)
-    ref: float | torch.Tensor
-    if reference is None:  # traced: the first timestamp stays a tensor (the same float64 subtraction)
-        ref = (t.reshape(-1)[0] if traced else float(t.reshape(-1)[0])) if t.numel() else 0.0
+        out = _int_positions(_as_int64(t), reference, float(scale), mask)
     else:
-        try:
-            ref = float(reference)
-        except OverflowError:
-            raise ValueError(
-                f"reference must fit float64 for float timestamps, got an int of {int(reference).bit_length()} bits"
-            ) from None
-    return _check_finite((t - ref) / float(scale), scale)
+        ref: float | torch.Tensor
+        if reference is None:  # the first valid timestamp of each row, a tensor (traceable, no host sync)
+            ref = _first_per_row(t, mask) if t.numel() else 0.0
+        else:
+            try:
+                ref = float(reference)
+            except OverflowError:
+                raise ValueError(
+                    "reference must fit float64 for float timestamps, got an int of "
+                    f"{int(reference).bit_length()} bits"
+                ) from None
+        out = (t - ref) / float(scale)
+    if mask is not None:
+        out = torch.where(mask.to(out.device), out, torch.zeros((), dtype=out.dtype, device=out.device))
+    return _check_finite(out, scale)
+
+
+def _first_per_row(t: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """[..., 1]: each row's first timestamp (the first valid one under ``mask``; 0 for a row without any; a 0-d
+    input is its own row). Padded entries were set to 0 before, and are set to this reference below."""
+    if t.dim() == 0:
+        return t
+    if mask is None:
+        return t[..., :1]
+    first = mask.to(t.device).to(torch.uint8).argmax(-1, keepdim=True)  # 0 for a row without a valid entry
+    return t.gather(-1, first)
+
+
+def _as_int64(t: torch.Tensor) -> torch.Tensor:
+    """Integer timestamps as int64; uint64 refused past 2^63 (a device assert when traced)."""
+    if t.dtype == torch.uint64:
+        t = t.view(torch.int64)  # the same values below 2^63 (torch has no uint64 max / compare kernels)
+        if t.numel() and torch.compiler.is_compiling():
+            torch._assert_async(
+                (t >= 0).all(),
+                "timestamps are uint64 with values >= 2^63, past int64: pass int64 timestamps (checked on the device)",
+            )
+        elif t.numel() and bool((t < 0).any()):
+            raise ValueError("timestamps are uint64 with values >= 2^63, past int64: pass int64 timestamps")
+    return t.to(torch.int64)
 
 
 def _check_finite(out: torch.Tensor, scale: float) -> torch.Tensor:
@@ -181,79 +238,59 @@ def _check_finite(out: torch.Tensor, scale: float) -> torch.Tensor:
     return out
 
 
-def _int_positions(t: torch.Tensor, reference: float | None, scale: float) -> torch.Tensor:
+def _int_positions(
+    t: torch.Tensor, reference: float | None, scale: float, mask: torch.Tensor | None
+) -> torch.Tensor:
     """``(t - reference) / scale`` for int64 timestamps: the difference exact in int64 (refused, not wrapped, when
-    it leaves int64), then one rounding to float64; a fractional reference's fraction is subtracted after. Traced by
-    torch.compile, the value checks are device asserts (:func:`_int_positions_traced`)."""
-    if torch.compiler.is_compiling():
-        return _int_positions_traced(t, reference, scale)
-    if t.dtype == torch.uint64:
-        t = t.view(torch.int64)  # the same values below 2^63 (torch has no uint64 max / compare kernels)
-        if t.numel() and bool((t < 0).any()):
-            raise ValueError("timestamps are uint64 with values >= 2^63, past int64: pass int64 timestamps")
-    t = t.to(torch.int64)
-    if reference is None:
-        ref, frac = (int(t.reshape(-1)[0]) if t.numel() else 0), 0.0
-    else:
-        ref = math.floor(reference)  # a Python int: exact for every finite float and int
-        frac = float(reference - ref)  # exact: a float minus its floor
-    if t.numel():
-        lo, hi = int(t.min()), int(t.max())
-        if not _I64_MIN <= ref <= _I64_MAX or lo - ref < _I64_MIN or hi - ref > _I64_MAX:
-            what = (
-                f"reference=None (the first timestamp, {ref})"
-                if reference is None
-                else f"reference={reference!r}"
-                + (f" (integer part {ref})" if isinstance(reference, float) else "")
-            )
-            raise ValueError(
-                f"timestamps - reference overflows int64: timestamps span [{lo}, {hi}] and {what}, so the "
-                f"difference spans [{lo - ref}, {hi - ref}], outside [-2^63, 2^63 - 1]; pass a reference nearer "
-                "the timestamps"
-            )
-    out = (t - ref).to(torch.float64)
-    if frac:
-        out = out - frac
-    return out / scale
-
-
-def _int_positions_traced(t: torch.Tensor, reference: float | None, scale: float) -> torch.Tensor:
-    """:func:`_int_positions` under torch.compile: the same int64 arithmetic, the first timestamp kept as a tensor,
-    the range checks as device asserts (constant messages; the eager ones name the span, a data-dependent value).
-    A ``reference`` whose integer part is outside int64 is refused while tracing (it is a constant)."""
-    if t.dtype == torch.uint64:
-        t = t.view(torch.int64)  # the same values below 2^63
-        if t.numel():
-            torch._assert_async(
-                (t >= 0).all(),
-                "timestamps are uint64 with values >= 2^63, past int64: pass int64 timestamps (checked on the device)",
-            )
-    t = t.to(torch.int64)
-    if not t.numel():
-        return t.to(torch.float64) / scale
+    it leaves int64), then one rounding to float64 (a warning when that rounds: past 2^53); a fractional
+    reference's fraction is subtracted after. Traced by torch.compile, the checks are device asserts (constant
+    messages; the eager ones name the span, a data-dependent value) and there is no warning."""
+    traced = torch.compiler.is_compiling()
     frac = 0.0
     ref: int | torch.Tensor
     if reference is None:
-        ref = t.reshape(-1)[0]  # [] int64: the first timestamp
+        ref = _first_per_row(t, mask) if t.numel() else 0
+        if mask is not None and t.numel():
+            t = torch.where(mask.to(t.device), t, ref)  # padding: the row's reference (a difference of 0)
     else:
-        ref = math.floor(reference)
-        frac = float(reference - ref)
+        ref = math.floor(reference)  # a Python int: exact for every finite float and int
+        frac = float(reference - ref)  # exact: a float minus its floor
         if not _I64_MIN <= ref <= _I64_MAX:
             raise ValueError(
-                f"timestamps - reference overflows int64: reference={reference!r} has the integer part {ref}, "
-                "outside [-2^63, 2^63 - 1]; pass a reference nearer the timestamps"
+                f"timestamps - reference overflows int64: reference={reference!r}"
+                + (f" (integer part {ref})" if isinstance(reference, float) else "")
+                + " is outside [-2^63, 2^63 - 1]; pass a reference nearer the timestamps"
             )
-    # t - ref stays in int64 iff t >= MIN + ref (ref >= 0) or t <= MAX + ref (ref < 0): bounds computed without
-    # overflow (the clamps zero the side that does not apply)
-    if isinstance(ref, torch.Tensor):
-        ok = (t >= _I64_MIN + ref.clamp_min(0)) & (t <= _I64_MAX + ref.clamp_max(0))
-    else:
-        ok = (t >= _I64_MIN + max(ref, 0)) & (t <= _I64_MAX + min(ref, 0))
-    torch._assert_async(
-        ok.all(),
-        "timestamps - reference overflows int64: pass a reference nearer the timestamps (checked on the device)",
-    )
-    out = (t - ref).to(torch.float64)
+        if mask is not None:
+            t = torch.where(mask.to(t.device), t, torch.full((), ref, dtype=t.dtype, device=t.device))
+    if t.numel():
+        # t - ref stays in int64 iff t >= MIN + ref (ref >= 0) and t <= MAX + ref (ref < 0): bounds computed
+        # without overflow (the clamps zero the side that does not apply)
+        if isinstance(ref, torch.Tensor):
+            ok = (t >= _I64_MIN + ref.clamp_min(0)) & (t <= _I64_MAX + ref.clamp_max(0))
+        else:
+            ok = (t >= _I64_MIN + max(ref, 0)) & (t <= _I64_MAX + min(ref, 0))
+        if traced:
+            torch._assert_async(
+                ok.all(),
+                "timestamps - reference overflows int64: pass a reference nearer the timestamps (checked on the "
+                "device)",
+            )
+        elif not bool(ok.all()):
+            raise ValueError(_overflow_message(t, ref, reference))
+    diff = t - ref
+    if diff.numel() and not traced:
+        big = int(diff.abs().max())
+        if big > _F64_STEP:
+            warnings.warn(
+                f"time_positions: timestamps - reference reaches {big} > 2^53 timestamp units, so its conversion "
+                "to float64 rounds it (spacing up to "
+                f"{2 ** (big.bit_length() - 53)} units); pass a reference nearer the timestamps (a mask= skips "
+                "padding) or coarser timestamps",
+                UserWarning,
+                stacklevel=3,
+            )
+    out = diff.to(torch.float64)
     if frac:
         out = out - frac
     return out / scale
@@ -311,3 +348,18 @@ def v2pe_positions(segments: Sequence[tuple[str, int]], delta: float, *, start: 
             "use a smaller start"
         )
     return pos
+
+
+def _overflow_message(t: torch.Tensor, ref: int | torch.Tensor, reference: float | None) -> str:
+    """The eager refusal of an int64 overflow, with the exact span of the difference (Python ints)."""
+    refs = ref.expand_as(t).flatten().tolist() if isinstance(ref, torch.Tensor) else [ref] * t.numel()
+    diffs = [a - b for a, b in zip(t.flatten().tolist(), refs, strict=True)]
+    if reference is None:
+        what = f"reference=None (each row's first timestamp: {sorted(set(refs))[:3]})"
+    else:
+        what = f"reference={reference!r}" + (f" (integer part {ref})" if isinstance(reference, float) else "")
+    return (
+        f"timestamps - reference overflows int64: timestamps span [{int(t.min())}, {int(t.max())}] and {what}, so "
+        f"the difference spans [{min(diffs)}, {max(diffs)}], outside [-2^63, 2^63 - 1]; pass a reference nearer "
+        "the timestamps"
+    )

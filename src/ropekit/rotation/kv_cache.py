@@ -137,7 +137,10 @@ def rope_cache_write(
         offsets: [B] integer tensor (or one int, Python or numpy, for all): token s of sequence b goes to row
             offsets[b] + s; 0 <= offsets[b] and offsets[b] + S <= S_max.
         spec: the RoPE spec (head_dim D, rotary_dim, layout).
-        positions: rotation positions broadcastable to [B, S]; default offsets[b] + s.
+        positions: rotation positions broadcastable to [B, S]; default offsets[b] + s. A dynamic scheme (dynamic
+            NTK, LongRoPE) takes its frequencies for the length max(positions) + 1 of the whole call, as
+            transformers does for a batch: sequences that need their own lengths' frequencies are written in
+            separate calls, or with ``tables`` (``rope_tables(positions, spec, seq_len=...)`` per sequence).
         tables: precomputed float32 (cos, sin) broadcastable to [B, S, n] instead of positions
             (e.g. one :func:`ropekit.rope_tables` call per forward, shared by every layer).
         q: [B, S, Hq, D] or [B, Hq, S, D] (same format as k), rotated in place at the same positions.
@@ -228,7 +231,10 @@ def rope_paged_cache_write(
             be dropped by the caller: a negative slot is an error, not a skip).
         spec: the RoPE spec.
         positions: [T] rotation positions, one per token (required unless tables are given; shape (T,) exactly:
-            a single position is not broadcast over the tokens).
+            a single position is not broadcast over the tokens). A dynamic scheme (dynamic NTK, LongRoPE) takes
+            its frequencies for the length max(positions) + 1 of the whole call: in continuous batching, requests
+            of different lengths need their own ``tables`` rows (``rope_tables(positions_of_r, spec,
+            seq_len=length_of_r)`` per request, concatenated) to keep their own frequencies.
         tables: precomputed float32 (cos, sin) broadcastable to [T, n] instead of positions.
         q: [T, Hq, D], rotated in place at the same positions.
 

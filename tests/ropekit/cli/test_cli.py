@@ -130,7 +130,7 @@ def test_inspect_preset_and_config_file(tmp_path: Path) -> None:
     rc, _, err = _run(["inspect", "llama-2-7b", "--base", "5"])
     assert rc == 2 and "--base cannot be combined" in err
     rc, _, err = _run(["inspect", "no-such-model"])
-    assert rc == 2 and "neither a preset" in err
+    assert rc == 2 and "no such file or folder, and not a preset" in err
 
 
 def test_inspect_extend_compare() -> None:

@@ -79,7 +79,7 @@ def test_integer_difference_outside_int64_is_refused_not_wrapped() -> None:
         (
             torch.tensor([I64_MIN, I64_MAX]),
             None,
-            r"reference=None \(the first timestamp, -9223372036854775808\)",
+            r"reference=None \(each row's first timestamp: \[-9223372036854775808\]\)",
         ),
         (torch.tensor([I64_MAX, I64_MIN]), None, r"difference spans \[-18446744073709551615, 0\]"),
         (torch.tensor([I64_MAX]), -1, r"reference=-1, so the difference spans \[9223372036854775808, "),

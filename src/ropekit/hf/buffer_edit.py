@@ -1,0 +1,63 @@
+# SPDX-License-Identifier: MIT
+"""A rotary ``inv_freq`` buffer edited after :func:`ropekit.hf.patch`: followed, with a warning.
+
+A hand-made context extension rewrites ``model.model.rotary_emb.inv_freq`` (``copy_``, ``mul_``, a new
+``register_buffer``); transformers then rotates with the edited buffer. The patch's probe refuses a model whose
+buffer is not its config's frequencies, but an edit made after the patch used to be ignored: the patched model kept
+the config's frequencies (logits 1.2 relative apart, silently; found by a user trial). A static spec's float32 /
+float64 buffer whose values are neither the config's frequencies nor a float16 / bfloat16 round trip of them
+(:func:`ropekit.hf.cast.round_trip_dtype`) is such an edit: the patched model rotates with the buffer's values, as
+transformers does (:func:`ropekit.hf.cast.buffer_spec`), and warns once per buffer state. Dynamic specs are left
+out: transformers itself rewrites their buffer as the length grows.
+
+Shapes: the buffer [n] (n = spec.n_bands).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+from torch import nn
+
+from ropekit.hf.cast import _round_trip_dtype
+from ropekit.spec import RopeSpec
+
+__all__ = ["edited_after_patch"]
+
+_EDIT_MEMO = "_ropekit_buffer_edits"
+
+
+def edited_after_patch(module: nn.Module, spec: RopeSpec, layer_type: str | None = None) -> bool:
+    """Whether the module's frequency buffer was edited (see the module docstring); warns once per buffer state.
+
+    Checked once per buffer state (storage, version, dtype): one comparison of n numbers when the buffer changes,
+    a dict lookup otherwise.
+    """
+    if spec.dynamic or not module.__dict__.get("_ropekit_patched"):  # the probe's copies: its refusal stands
+        return False
+    name = f"{layer_type}_inv_freq" if layer_type else "inv_freq"
+    buf = module._buffers.get(name)
+    if buf is None or buf.dtype not in (torch.float32, torch.float64) or buf.numel() != spec.n_bands:
+        return False
+    memo: dict[str | None, tuple[Any, bool]] = module.__dict__.setdefault(_EDIT_MEMO, {})
+    key = (buf.untyped_storage().data_ptr(), buf._version, buf.dtype, spec)
+    hit = memo.get(layer_type)
+    if hit is not None and hit[0] == key:
+        return hit[1]
+    want = spec.frequencies().to(torch.float64).flatten()
+    got = buf.detach().to("cpu", torch.float64).flatten()
+    rel = float(((got - want).abs() / want.abs().clamp_min(1e-300)).max())
+    edited = rel > 1e-6 and _round_trip_dtype(got, want) is None
+    memo[layer_type] = (key, edited)
+    if edited:
+        warnings.warn(
+            f"{type(module).__name__}: its {name} buffer was changed after ropekit.hf.patch (up to {rel:.2g} "
+            "relative from its config's frequencies): the patched model now rotates with the buffer's frequencies, "
+            "as transformers does (the config's attention factor kept); to change the RoPE for good, change the "
+            "config and rebuild the model, or unpatch, edit and patch again",
+            UserWarning,
+            stacklevel=7,
+        )
+    return edited
