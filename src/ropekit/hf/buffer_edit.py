@@ -24,7 +24,7 @@ from torch import nn
 from ropekit.hf.cast import _round_trip_dtype
 from ropekit.spec import RopeSpec
 
-__all__ = ["edited_after_patch"]
+__all__ = ["buffer_states", "edited_after_patch"]
 
 _EDIT_MEMO = "_ropekit_buffer_edits"
 
@@ -35,11 +35,16 @@ def edited_after_patch(module: nn.Module, spec: RopeSpec, layer_type: str | None
     Checked once per buffer state (storage, version, dtype): one comparison of n numbers when the buffer changes,
     a dict lookup otherwise.
     """
-    if spec.dynamic or not module.__dict__.get("_ropekit_patched"):  # the probe's copies: its refusal stands
+    at_patch = module.__dict__.get(
+        "_ropekit_patched"
+    )  # the buffers' states when patched; not on the probe's copies
+    if spec.dynamic or not isinstance(at_patch, dict):  # (the probe's refusal stands for an edit made before)
         return False
     name = f"{layer_type}_inv_freq" if layer_type else "inv_freq"
     buf = module._buffers.get(name)
     if buf is None or buf.dtype not in (torch.float32, torch.float64) or buf.numel() != spec.n_bands:
+        return False
+    if at_patch.get(name) == _state(buf):  # untouched since the patch
         return False
     memo: dict[str | None, tuple[Any, bool]] = module.__dict__.setdefault(_EDIT_MEMO, {})
     key = (buf.untyped_storage().data_ptr(), buf._version, buf.dtype, spec)
@@ -61,3 +66,13 @@ def edited_after_patch(module: nn.Module, spec: RopeSpec, layer_type: str | None
             stacklevel=7,
         )
     return edited
+
+
+def _state(buf: torch.Tensor) -> tuple[int, int, torch.dtype]:
+    return buf.untyped_storage().data_ptr(), buf._version, buf.dtype
+
+
+def buffer_states(module: nn.Module) -> dict[str, tuple[int, int, torch.dtype]]:
+    """The (storage, version, dtype) of each ``*inv_freq`` buffer: recorded by the patch, compared by
+    :func:`edited_after_patch` (a buffer in the state it was patched in is never an edit)."""
+    return {n: _state(b) for n, b in module._buffers.items() if n.endswith("inv_freq") and b is not None}

@@ -46,6 +46,7 @@ from typing import Any
 from torch import nn
 
 from ropekit.hf.apply import wrap_apply
+from ropekit.hf.buffer_edit import buffer_states
 from ropekit.hf.cast import buffer_spec, warn_cast
 from ropekit.hf.config_families import LONGROPE_SHORT_ONLY_TYPES
 from ropekit.hf.families import FAMILIES, Family, family_for_class
@@ -244,7 +245,7 @@ def patch(model: nn.Module, *, cache_correct: bool = False) -> nn.Module:
         original = type(m)
         m.__class__ = cls
         m._ropekit_specs = specs  # type: ignore[assignment]
-        m._ropekit_patched = True  # type: ignore[assignment]  # not the probe's copies (ropekit.hf.buffer_edit)
+        m._ropekit_patched = buffer_states(m)  # type: ignore[assignment]  # ropekit.hf.buffer_edit
         record.modules.append((m, original))
         fam: Family = cls._ropekit_family  # type: ignore[attr-defined]
         _wrap_functions(model, record, sys.modules[original.__module__], fam)
