@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ropekit.hf.cast import _round_trip_dtype
+from ropekit.hf.cast import _round_trip_dtype, buffer_state
 from ropekit.spec import RopeSpec
 
 __all__ = ["buffer_states", "edited_after_patch"]
@@ -44,10 +44,10 @@ def edited_after_patch(module: nn.Module, spec: RopeSpec, layer_type: str | None
     buf = module._buffers.get(name)
     if buf is None or buf.dtype not in (torch.float32, torch.float64) or buf.numel() != spec.n_bands:
         return False
-    if at_patch.get(name) == _state(buf):  # untouched since the patch
+    if at_patch.get(name) == buffer_state(buf):  # untouched since the patch
         return False
     memo: dict[str | None, tuple[Any, bool]] = module.__dict__.setdefault(_EDIT_MEMO, {})
-    key = (buf.untyped_storage().data_ptr(), buf._version, buf.dtype, spec)
+    key = (*buffer_state(buf), spec)
     hit = memo.get(layer_type)
     if hit is not None and hit[0] == key:
         return hit[1]
@@ -68,11 +68,7 @@ def edited_after_patch(module: nn.Module, spec: RopeSpec, layer_type: str | None
     return edited
 
 
-def _state(buf: torch.Tensor) -> tuple[int, int, torch.dtype]:
-    return buf.untyped_storage().data_ptr(), buf._version, buf.dtype
-
-
 def buffer_states(module: nn.Module) -> dict[str, tuple[int, int, torch.dtype]]:
     """The (storage, version, dtype) of each ``*inv_freq`` buffer: recorded by the patch, compared by
     :func:`edited_after_patch` (a buffer in the state it was patched in is never an edit)."""
-    return {n: _state(b) for n, b in module._buffers.items() if n.endswith("inv_freq") and b is not None}
+    return {n: buffer_state(b) for n, b in module._buffers.items() if n.endswith("inv_freq") and b is not None}

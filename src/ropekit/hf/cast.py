@@ -38,6 +38,7 @@ __all__ = [
     "BufferFrequencies",
     "buffer_hint",
     "buffer_spec",
+    "buffer_state",
     "cast_dtype",
     "reads_buffers",
     "round_trip_dtype",
@@ -98,6 +99,11 @@ def cast_dtype(module: nn.Module, layer_type: str | None = None) -> torch.dtype 
 _TRIP_MEMO = "_ropekit_round_trips"
 
 
+def buffer_state(buf: torch.Tensor) -> tuple[int, int, torch.dtype]:
+    """A buffer's state for memos: (storage, version, dtype) -- changed by an in-place edit, a reassignment or a cast."""
+    return buf.untyped_storage().data_ptr(), buf._version, buf.dtype
+
+
 def round_trip_dtype(module: nn.Module, spec: RopeSpec, layer_type: str | None = None) -> torch.dtype | None:
     """The lower precision a float32 frequency buffer went through and back (``model.to(bf16).to(float32)``), or
     None: its values are then the config's rounded to that dtype, which transformers rotates with, though the
@@ -113,7 +119,7 @@ def round_trip_dtype(module: nn.Module, spec: RopeSpec, layer_type: str | None =
     if buf is None or buf.dtype not in (torch.float32, torch.float64) or buf.numel() != spec.n_bands:
         return None
     memo: dict[str | None, tuple[Any, torch.dtype | None]] = module.__dict__.setdefault(_TRIP_MEMO, {})
-    key = (buf.untyped_storage().data_ptr(), buf._version, buf.dtype, spec)
+    key = (*buffer_state(buf), spec)
     hit = memo.get(layer_type)
     if hit is not None and hit[0] == key:
         return hit[1]

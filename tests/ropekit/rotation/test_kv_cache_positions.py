@@ -49,11 +49,15 @@ def _caches(B: int, H: int, rows: int, D: int, dt: torch.dtype) -> tuple[torch.T
 @pytest.mark.parametrize("given", [False, True])
 @pytest.mark.parametrize("S", [1, 5])
 @pytest.mark.parametrize("dt", DTYPES)
-def test_contiguous_positions_read_in_the_kernel(dt: torch.dtype, S: int, given: bool, modes: list[int]) -> None:
+def test_contiguous_positions_read_in_the_kernel(
+    dt: torch.dtype, S: int, given: bool, modes: list[int]
+) -> None:
     spec = RopeSpec(32, base=BASE)
     B, H, Hq, rows = 3, 2, 4, 64
     g = torch.Generator().manual_seed(S)
-    for call in range(3):  # call 0 is validated and plans; calls 1, 2 take the plan with new offsets and values
+    for call in range(
+        3
+    ):  # call 0 is validated and plans; calls 1, 2 take the plan with new offsets and values
         k, v = (torch.randn(B, H, S, 32, generator=g).to(dt) for _ in range(2))
         q = torch.randn(B, Hq, S, 32, generator=g).to(dt)
         off = torch.randint(0, rows - S + 1, (B,), generator=g)
@@ -102,7 +106,14 @@ def test_positions_the_kernel_cannot_read_take_the_exact_path(modes: list[int]) 
     k, v = torch.randn(B, H, S, 32), torch.randn(B, H, S, 32)
     off = torch.tensor([4, 9])
     base = off[:, None] + torch.arange(S)
-    for pos in (base, base - 20, base.to(torch.int32), base.to(torch.int32), base.double() + 0.5, base.double()):
+    for pos in (
+        base,
+        base - 20,
+        base.to(torch.int32),
+        base.to(torch.int32),
+        base.double() + 0.5,
+        base.double(),
+    ):
         ck, cv = _caches(B, H, rows, 32, torch.float32)
         rope_cache_write(k, v, ck, cv, off, spec, positions=pos, format="bhsd", cache_format="bhsd")
         for b in range(B):
@@ -121,7 +132,9 @@ def test_bad_offsets_on_a_planned_geometry_raise_and_write_nothing(modes: list[i
     assert modes == [1]
     before = ck.clone(), cv.clone()
     with pytest.raises(ValueError, match="offsets"):
-        rope_cache_write(k, v, ck, cv, torch.tensor([0, rows - S + 1]), spec, format="bhsd", cache_format="bhsd")
+        rope_cache_write(
+            k, v, ck, cv, torch.tensor([0, rows - S + 1]), spec, format="bhsd", cache_format="bhsd"
+        )
     assert torch.equal(ck, before[0]) and torch.equal(cv, before[1]) and modes == [1]
 
 
