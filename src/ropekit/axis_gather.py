@@ -49,7 +49,10 @@ def gather_bands(cache: Any, pos: torch.Tensor, spec: RopeSpec) -> tuple[torch.T
     if lo < 0 or hi >= int(cache.limit):
         return None
     if hi >= cache.length:
-        cache.grow(1 << hi.bit_length())
+        new = cache._prefix_target(hi, pos.numel())
+        if new is None:  # a far position: not worth building every row below it (the caller's exact path)
+            return None
+        cache.grow(new)
     rows: torch.Tensor = cache.rows  # [L, 2, n]
     flat = pos.reshape(pos.shape[0], -1).to(torch.int64)  # [A, N]
     per_band = flat.index_select(0, slots(spec, pos.device)).t()  # [N, n] view: band j's position per token

@@ -28,7 +28,7 @@ from ropekit.axis_memo import _fresh, _stamp
 from ropekit.phases import _check_meta_device, check_positions, rope_tables
 from ropekit.rotation import axis_plan, fastpath
 from ropekit.rotation.apply import apply_rope, apply_rope_tables
-from ropekit.rotation.apply_checks import FORMATS, Format, _batch_seq, shape_in
+from ropekit.rotation.apply_checks import FORMATS, Format, _batch_seq, shape_hint, shape_in
 from ropekit.rotation.apply_checks import _validate as validate
 from ropekit.rotation.autograd import transforms_active
 from ropekit.rotation.dispatch import device_tables, fused_positions
@@ -83,7 +83,8 @@ def axis_tables(
 
     Args:
         positions: [A, *P] integer or float32/float64 positions, row a = axis ``spec.axes.names[a]``
-            (e.g. t, h, w). Float rows are continuous positions (timestamps, V2PE fractional steps).
+            (e.g. t, h, w). Float rows are continuous positions (timestamps, V2PE fractional steps); float positions
+            that require grad give tables differentiable in them (:mod:`ropekit.positions_grad`).
         spec: a spec with ``axes``.
         seq_len: current sequence length for dynamic phase maps (default: the largest position + 1, over all
             axes, so every axis uses the same frequencies).
@@ -99,6 +100,10 @@ def axis_tables(
             on the meta device with a ``device`` that is not meta: meta positions have no values, so only
             shape-only meta tables can be made from them, as :func:`ropekit.rope_tables`).
     """
+    if isinstance(positions, torch.Tensor) and positions.requires_grad:
+        from ropekit.positions_grad import position_grad_tables  # float positions that require grad
+
+        return position_grad_tables(positions, spec, seq_len=seq_len, dtype=dtype, device=device)
     seq_len = check_seq_len(seq_len)  # a traced symbolic length stays symbolic
     pos = check_axis_positions(positions, spec)
     _check_meta_device(pos, device)  # meta positions have no values: meta tables only, as rope_tables
@@ -158,7 +163,8 @@ def apply_rope_axes(
     Args:
         q, k: as :func:`ropekit.apply_rope` (k may be None).
         positions: [A, s] (shared by the batch) or [A, b, s] ([A, t] for "thd"); integer or float32/float64.
-            For the 4-row ``[text; t; h; w]`` form of Qwen3-VL / ERNIE pass ``position_ids[1:]``.
+            For the 4-row ``[text; t; h; w]`` form of Qwen3-VL / ERNIE pass ``position_ids[1:]``. Float positions
+            that require grad are differentiated (d phase / dp = theta, :mod:`ropekit.positions_grad`).
         spec: a spec with ``axes`` (A = ``spec.axes.n_axes``).
         format, inplace, backend: as :func:`ropekit.apply_rope`.
 
@@ -170,6 +176,12 @@ def apply_rope_axes(
             device, which have no values, with q not on meta: only a meta q takes meta positions, as
             :func:`ropekit.apply_rope`).
     """
+    if isinstance(positions, torch.Tensor) and positions.requires_grad:
+        from ropekit.positions_grad import apply_rope_position_grad  # float positions that require grad
+
+        return apply_rope_position_grad(
+            q, k, positions, spec, format=format, inplace=inplace, backend=backend
+        )
     need64 = (isinstance(q, torch.Tensor) and q.dtype == torch.float64) or (
         isinstance(k, torch.Tensor) and k.dtype == torch.float64
     )
@@ -274,6 +286,7 @@ def check_axes_shape(positions: torch.Tensor, q: torch.Tensor, fmt: str) -> None
         want = f"({a}, {s})" if fmt == "thd" else f"({a}, {s}) or ({a}, {b}, {s})"
         raise ValueError(
             f"positions must have shape {want} for q of shape {tuple(q.shape)}, got {tuple(positions.shape)}"
+            + shape_hint(tuple(positions.shape), q, None, fmt, n_lead=1)
         )
 
 

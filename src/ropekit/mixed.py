@@ -16,7 +16,10 @@ Angles are formed in float64 (products of float32 frequencies and positions are 
 2*pi; cos/sin are differentiable with respect to the frequencies (so the rotation is plain torch here: the fused
 kernels take fixed tables and do not differentiate with respect to them).
 
-Shapes: b batch, s tokens, h heads, D head dim, n = D / 2 bands. positions [2, s] rows (x, y) (column, row).
+Shapes: b batch, s tokens, h heads, D head dim, n = D / 2 bands. positions [2, s] (shared by the batch) or
+[2, b, s] (per sequence: padded batches of different grids), rows (x, y) (column, row), as
+:func:`ropekit.apply_rope_axes` takes multi-axis positions. Float positions may require grad (learned or
+continuous coordinates): the angles are plain torch, so d angle / d x = f_x and d angle / d y = f_y.
 """
 
 from __future__ import annotations
@@ -97,33 +100,36 @@ class MixedRotary(nn.Module):
         return {"freqs"}
 
     def angles(self, positions: torch.Tensor) -> torch.Tensor:
-        """float64 angles [s, h, n] = x * f_x + y * f_y, reduced mod 2*pi (differentiable in ``freqs``)."""
-        check_positions(positions)
-        if positions.dim() != 2 or positions.shape[0] != 2:
-            raise ValueError(
-                f"positions must have shape [2, tokens] with rows (x, y), got {tuple(positions.shape)}"
-            )
+        """float64 angles [s, h, n] (positions [2, s]) or [b, s, h, n] (positions [2, b, s]) = x * f_x + y * f_y,
+        reduced mod 2*pi (differentiable in ``freqs``, and in float positions that require grad)."""
+        _check_xy(positions)
         p = positions.to(self.freqs.device, torch.float64)
         f = self.freqs.to(torch.float64)
-        ang = p[0][:, None, None] * f[0] + p[1][:, None, None] * f[1]  # [s, h, n]
+        ang = p[0][..., None, None] * f[0] + p[1][..., None, None] * f[1]  # [*B, s, h, n]
         return torch.remainder(ang, _TWO_PI)
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor | None = None, *, positions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Rotate q (and k) at 2-D positions [2, s] (x, y); prefix tokens at (0, 0) stay unrotated.
+        """Rotate q (and k) at 2-D positions (x, y); prefix tokens at (0, 0) stay unrotated.
+
+        Args:
+            q, k: [b, s, h, D] ("bshd") or [b, h, s, D] ("bhsd"); k may be None.
+            positions: [2, s] shared by the batch, or [2, b, s] (or [2, 1, s]) per sequence; integer or
+                float32/float64 (float positions that require grad are differentiated).
 
         Raises:
             TypeError, ValueError: naming the argument, as :func:`ropekit.axis_tables.apply_rope_axes` does:
-            positions not a [2, s] integer or float32/float64 tensor; q or k not a floating 4-D tensor of the
-            module's format, head_dim and num_heads; k with another batch size, sequence length or device than q.
+            positions not a [2, s] / [2, b, s] integer or float32/float64 tensor; q or k not a floating 4-D tensor
+            of the module's format, head_dim and num_heads; k with another batch size, sequence length or device
+            than q.
         """
-        check_positions(positions)
-        if positions.dim() != 2 or positions.shape[0] != 2:
-            raise ValueError(
-                f"positions must have shape [2, tokens] with rows (x, y), got {tuple(positions.shape)}"
-            )
+        _check_xy(positions)
         b, s = self._check_qk("q", q, positions)
+        if positions.dim() == 3 and positions.shape[1] not in (1, b):
+            raise ValueError(
+                f"positions [2, batch, tokens] must have batch 1 or q's batch {b}, got {tuple(positions.shape)}"
+            )
         if k is not None:
             kb, ks = self._check_qk("k", k, positions)
             if (kb, ks) != (b, s) or k.device != q.device:
@@ -163,6 +169,18 @@ class MixedRotary(nn.Module):
         )
 
 
+def _check_xy(positions: object) -> None:
+    """positions must be a valid [2, s] or [2, b, s] positions tensor (float ones may require grad: the value rules
+    of :func:`ropekit.phases.check_positions` are checked on the detached values)."""
+    check_positions(positions.detach() if isinstance(positions, torch.Tensor) else positions)
+    assert isinstance(positions, torch.Tensor)
+    if positions.dim() not in (2, 3) or positions.shape[0] != 2:
+        raise ValueError(
+            "positions must have shape [2, tokens] or [2, batch, tokens] with rows (x, y), got "
+            f"{tuple(positions.shape)}"
+        )
+
+
 def _initial_freqs(d: int, heads: int, init: str, base: float, gen: torch.Generator | None) -> torch.Tensor:
     q = d // 4
     mag = torch.tensor([base ** (-4.0 * k / d) for k in range(q)], dtype=torch.float64)  # [D/4]
@@ -178,9 +196,10 @@ def _initial_freqs(d: int, heads: int, init: str, base: float, gen: torch.Genera
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, fmt: str) -> torch.Tensor:
-    """Interleaved-pair rotation of x by per-token, per-head tables [s, h, n] (float64 math, x's dtype out)."""
+    """Interleaved-pair rotation of x by per-token, per-head tables [s, h, n] or [b, s, h, n] (float64 math, x's
+    dtype out)."""
     if fmt == "bhsd":
-        cos, sin = cos.transpose(0, 1), sin.transpose(0, 1)  # [h, s, n]
+        cos, sin = cos.transpose(-3, -2), sin.transpose(-3, -2)  # [*B, h, s, n]
     cdt = torch.float64 if x.dtype == torch.float64 else torch.float32
     c, s = cos.to(cdt), sin.to(cdt)
     pairs = x.to(cdt).reshape(*x.shape[:-1], -1, 2)  # [..., n, 2]

@@ -10,9 +10,12 @@ It owns a spec and a float32 cos/sin cache for integer positions ``0 .. L-1`` bu
   device (HF transformers #25681/#29496, rotary-embedding-torch item 51).
 - No state-dict entries: buffers are non-persistent, frequencies always come from the spec.
 - The cache (:class:`ropekit.table_cache.TableCache`) grows (to the next power of two) when positions exceed
-  it, up to ``cache_limit`` rows; positions beyond that, negative or fractional positions, and dynamic phase
-  maps use exact tables computed on the fly -- never an identity rotation for out-of-table positions
-  (flash-attn's Triton path, pitfalls item 41). Every int64 position is exact (:mod:`ropekit.reduction`).
+  it, up to ``cache_limit`` rows, if the call asks for enough positions to be worth the new rows (a prefill,
+  decode's next position); a far position (e.g. 140000 on the first call) is read from a small window of far
+  rows or computed for that call, never by building every row below it. Positions past ``cache_limit``,
+  negative or fractional positions, and dynamic phase maps use exact tables computed on the fly -- never an
+  identity rotation for out-of-table positions (flash-attn's Triton path, pitfalls item 41). Every int64
+  position is exact (:mod:`ropekit.reduction`).
 - Under ``torch.compile(fullgraph=True)`` there is no host sync and no data-dependent branch: the cache is read
   with a device-side select between the cached row and the directly computed exact row, and it does not grow.
 - It can be built on the meta device; ``to_empty(device=...)`` then rebuilds everything from the spec.
@@ -50,7 +53,8 @@ class Rotary(nn.Module):
             ``cache_limit`` (a larger value is capped there; every position stays exact either way).
         format: tensor format of q and k: "bshd", "bhsd" or "thd".
         cache_limit: the cache never grows beyond this many rows (default 2**18: 128 MiB at head_dim 128);
-            larger positions are computed exactly on the fly.
+            larger positions are computed exactly on the fly. A far position below it is read from a window of
+            rows around it (the cache does not build every row up to it).
         device: where the buffers live (default: the current default device, so ``with torch.device("meta")``
             works).
 
@@ -142,6 +146,10 @@ class Rotary(nn.Module):
         A multi-axis spec (``spec.axes``) takes positions [n_axes, *P], as :meth:`forward` does, and returns the
         per-token tables [*P, n] that :func:`ropekit.axis_tables` gives (each band at its axis' position).
         """
+        if isinstance(positions, torch.Tensor) and positions.requires_grad:  # learned / continuous positions
+            from ropekit.positions_grad import position_grad_tables
+
+            return position_grad_tables(positions, self.spec, device=self.inv_freq.device)
         if self.spec.axes is not None:
             from ropekit.axis_rotary import cached_axis_tables
             from ropekit.axis_tables import check_axis_positions
@@ -220,7 +228,9 @@ class Rotary(nn.Module):
         if self._on_meta:  # no values in the cache: refused unless q is on meta too (shape inference)
             self._check_meta(q, positions)
         if (
-            transforms_active()  # forward-AD dual level open or torch.func running: one C call, ~free otherwise
+            # learned / continuous positions; forward-AD or torch.func; float64
+            (isinstance(positions, torch.Tensor) and positions.requires_grad)
+            or transforms_active()  # forward-AD dual level open or torch.func running: one C call, ~free otherwise
             or (isinstance(q, torch.Tensor) and q.dtype is torch.float64)
             or (isinstance(k, torch.Tensor) and k.dtype is torch.float64)
         ):

@@ -7,7 +7,7 @@ recipe grows like ``|p| * 2^-53`` (1.7e-5 rad at 2^40, 0.6 rad at 2^53). Here th
 
 1. positions: ``p = hi * 2^32 + lo`` with ``lo = p & (2^32 - 1)`` in [0, 2^32) and ``hi = p >> 32`` in
    [-2^31, 2^31) (both exact in float64);
-2. per band, computed once in exact rational arithmetic (Python integers, 2 pi to ~1400 bits by Machin's
+2. per band, computed once in exact arithmetic (Python integers, 2 pi to ~1400 bits by Machin's
    formula): ``W_j = frac(2^(32 j) * theta / (2 pi))`` for j = 0, 1, split as ``W_j = A_j + B_j + R_j`` where
    A_j holds fraction bits 1..21, B_j bits 22..42 and R_j < 2^-42 the rest (rounded to float64);
 3. per position and band: ``c * A_j`` and ``c * B_j`` (c = lo or hi, at most 32 bits; A_j, B_j at most 21
@@ -21,13 +21,15 @@ linear scaling). Float positions x (float32/float64) are split as ``trunc(x) + f
 part goes through the path above, the fraction adds ``f * theta / (2 pi)`` with one float64 rounding.
 Magnitudes of 2^63 and beyond cannot be split this way and are refused by :func:`ropekit.phases.check_positions`.
 
+``ropekit/kernels/rope_phase.h`` repeats :func:`reduced_turns` operation for operation in C (float positions on the
+CPU, :mod:`ropekit.phases`): a change to the recipe here must be made there too.
+
 Shapes: P any position shape, n bands.
 """
 
 from __future__ import annotations
 
 import functools
-from fractions import Fraction
 
 import torch
 
@@ -64,29 +66,35 @@ _PI_BITS = 1400  # enough for theta up to the float64 maximum (2^1024) and 2^32 
 
 
 def _turn_pieces(theta: float, shift: int) -> tuple[float, float, float]:
-    """frac(2^shift * theta / (2 pi)) as (A, B, R): A, B exact with _PIECE bits each, R the float64 rest."""
-    two_pi = Fraction(_two_pi_fixed(_PI_BITS), 1 << _PI_BITS)
-    v = Fraction(theta) * (1 << shift) / two_pi
-    f = v - (v.numerator // v.denominator)
-    a = Fraction(int(f * (1 << _PIECE)), 1 << _PIECE)
-    rest = f - a
-    b = Fraction(int(rest * (1 << 2 * _PIECE)), 1 << 2 * _PIECE)
-    return float(a), float(b), float(rest - b)
+    """frac(2^shift * theta / (2 pi)) as (A, B, R): A, B exact with _PIECE bits each, R the float64 rest.
+
+    In integers: theta = num / den exactly, 2 pi ~ P / 2^_PI_BITS, so 2^shift theta / (2 pi) = N / D with
+    N = num 2^(shift + _PI_BITS), D = den P; its fraction is (N mod D) / D, cut into _PIECE-bit pieces by integer
+    division. Python's int / int is correctly rounded, so R is the float64 nearest the rest (as
+    ``float(Fraction)``, ~10x slower: this runs once per frequency table, for a dynamic scaling once per length).
+    """
+    num, den = theta.as_integer_ratio()
+    d = den * _two_pi_fixed(_PI_BITS)
+    r = (num << (shift + _PI_BITS)) % d  # frac = r / d
+    a, r = divmod(r << _PIECE, d)  # A = a / 2^_PIECE, rest r / (d 2^_PIECE)
+    b, r = divmod(r << _PIECE, d)  # B = b / 2^(2 _PIECE), rest r / (d 2^(2 _PIECE))
+    return a / (1 << _PIECE), b / (1 << 2 * _PIECE), r / (d << 2 * _PIECE)
 
 
 @functools.lru_cache(maxsize=256)
 def band_constants(thetas: tuple[float, ...]) -> tuple[tuple[float, ...], ...]:
     """Per-band constants for :func:`reduced_turns`: 7 rows (A0, B0, R0, A1, B1, R1, theta / 2 pi) of n floats.
 
-    ``thetas`` are the float64 frequencies (finite, >= 0). Computed once per frequency table (exact rationals).
+    ``thetas`` are the float64 frequencies (finite, >= 0). Computed once per frequency table (exact integers).
     """
     rows: list[list[float]] = [[] for _ in range(7)]
+    two_pi = _two_pi_fixed(_PI_BITS)
     for th in thetas:
         for j in range(2):
             for m, val in enumerate(_turn_pieces(th, _CHUNK * j)):
                 rows[3 * j + m].append(val)
-        two_pi = Fraction(_two_pi_fixed(_PI_BITS), 1 << _PI_BITS)
-        rows[6].append(float(Fraction(th) / two_pi))
+        num, den = th.as_integer_ratio()
+        rows[6].append((num << _PI_BITS) / (den * two_pi))  # correctly rounded theta / (2 pi)
     return tuple(tuple(r) for r in rows)
 
 

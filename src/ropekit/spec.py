@@ -288,7 +288,7 @@ class RopeSpec:
 
         return spec_from_hf(config, layer_type=layer_type, strict=strict, layout=layout)
 
-    def to_hf(self, schema: Literal["v5", "v4"] = "v5") -> dict[str, Any]:
+    def to_hf(self, schema: Literal["v5", "v4"] = "v5", *, model_type: str | None = None) -> dict[str, Any]:
         """The transformers config fragment; ``RopeSpec.from_hf(spec.to_hf(), layout=spec.layout) == spec``.
 
         The fragment has no channel layout (transformers takes it from the model family, ``from_hf`` from
@@ -308,13 +308,17 @@ class RopeSpec:
             schema: "v5" (default) writes ``{"head_dim", "rope_parameters", ...}``; "v4" writes transformers 4.x's
                 ``{"head_dim", "rope_theta", "rope_scaling", ["partial_rotary_factor"], ...}`` (see
                 :func:`ropekit.hf.config.spec_to_hf`).
+            model_type: the family of the config the fragment goes into, where its keys differ (``"phimoe"``:
+                ``short_mscale`` / ``long_mscale`` in place of ``attention_factor``); see
+                :func:`ropekit.hf.config.spec_to_hf`. None (default) writes the generic fragment.
 
         Raises:
-            ValueError: naming ``schema`` when it is neither; for specs the schema cannot express.
+            ValueError: naming ``schema`` when it is neither; naming ``model_type`` when it is not a string (or
+                None), or when that family cannot express the spec; for specs the schema cannot express.
         """
         from ropekit.hf.config import spec_to_hf
 
-        return spec_to_hf(self, schema=schema)
+        return spec_to_hf(self, schema=schema, model_type=model_type)
 
     def pairs(self) -> tuple[list[int], list[int]]:
         """Channel indices (x, y) of each band: band i rotates (x_i, y_i) -> (x cos - y sin, y cos + x sin)."""

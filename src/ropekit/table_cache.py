@@ -5,15 +5,20 @@ Exact tables cost ~25 float64 operations per (position, band) (:mod:`ropekit.red
 and k when the tables are rebuilt per call. The rows depend only on the spec, so they are built once (same
 function as every other exact table, so values are bit-identical) and read:
 
-- eagerly (:meth:`TableCache.lookup`): a consecutive run of positions is a zero-copy slice; anything else one
-  ``index_select`` of the rows (on the CPU its bounds check runs in C++, no Python-side scan of the
-  positions). Positions past the cache grow it (next power of two, up to ``limit``); negative ones or ones past
-  the limit return None and the caller computes exact tables directly -- never an identity rotation.
+- eagerly (:meth:`TableCache.lookup`): one position or a consecutive run of them is a zero-copy slice; anything
+  else one ``index_select`` of the rows (on the CPU its bounds check runs in C++, no Python-side scan of the
+  positions). Positions past the cache grow it (next power of two, up to ``limit``) when the new rows are
+  worth it for the call (:func:`_worth`: a prefill of 0 .. N-1, decode's next position); a far position (a
+  time series' second of the day, a resumed offset) never builds every row below it (2^18 rows took seconds
+  and ~640 MB peak on the first call): it is read from one window of far positions, built on whole blocks and
+  doubled as decode moves on (at most one window, replaced when a call lands elsewhere), or, for positions
+  spread too thinly, its rows are computed for that call alone. Negative positions and ones past the limit
+  return None and the caller computes exact tables directly -- never an identity rotation.
 - traced (:meth:`TableCache.select`): under ``torch.compile`` no data-dependent branch and no host sync: a
   device-side select between the cached row (index clamped into range) and the directly computed exact row.
 
-Shapes: P any position shape, L cached rows, n bands; rows [L, 2, n] float32: a position's cos row, then its sin
-row, side by side. One ``narrow``/``index_select`` along dim 0 reads both, and the kernels stream a single table
+Shapes: P any position shape, L cached rows, W window rows, n bands; rows [L, 2, n] and the window [W, 2, n]
+float32: a position's cos row, then its sin row, side by side (the kernels read ``rows`` only, by position). One ``narrow``/``index_select`` along dim 0 reads both, and the kernels stream a single table
 array (position p's cos at ``2 n p``, its sin ``n`` floats later) instead of two (faster in prefill: measured in
 docs/kernels.md, "The packed cache and the in-kernel gather"). The (cos, sin) handed out are [*P, n] views with
 row stride 2n ("row views", :func:`is_row_view`); :func:`ropekit.rope_tables` and :meth:`ropekit.Rotary.tables`
@@ -35,23 +40,44 @@ _SLICE_MIN = 64  # below this many positions a gather is as cheap as checking fo
 #: the largest value of each integer positions dtype: a run first .. first + N - 1 past it is not a run of values
 #: (uint8 200..255, 0..7 wraps exactly as an arange in that dtype would, so comparing with one proves nothing)
 _INT_MAX = {dt: int(torch.iinfo(dt).max) for dt in INT_DTYPES}
+#: growth policy (:func:`_worth`): rows always worth adding in one call (~5 ms and 2 MiB at 64 bands, one thread)
+_FREE_ROWS = 4096
+_ROWS_PER_POSITION = 4  #: past _FREE_ROWS, a call may add this many rows per position it asks for
+_BLOCK = 256  #: the far window starts and ends on multiples of this many positions
+_CHUNK_ENTRIES = 1 << 16  #: rows are built about this many (position, band) entries at a time
+_CHUNK_POSITIONS = 4096  #: and never more positions than rope_tables computes without de-duplicating
 
 
 class TableCache:
-    """Exact float32 cos/sin rows of ``spec`` for positions 0 .. length-1 on ``device`` (static specs only)."""
+    """Exact float32 cos/sin rows of ``spec`` on ``device`` (static specs only): positions 0 .. length-1 (the
+    prefix ``rows``, which the kernels index by position) and at most one window of far positions (``far``)."""
 
-    __slots__ = ("device", "limit", "rows", "spec")
+    __slots__ = ("device", "far", "limit", "rows", "spec")
 
     def __init__(self, spec: RopeSpec, device: torch.device, length: int, limit: int) -> None:
         if spec.dynamic:
             raise ValueError(f"TableCache needs a static spec, got dynamic scaling {spec.scaling!r}")
         self.spec, self.device, self.limit = spec, device, limit
+        #: (start, rows [W, 2, n] of positions start .. start + W - 1, past the prefix), or None: no window. One
+        #: attribute, replaced whole (never written), so a reader on another thread sees a start with its rows
+        self.far: tuple[int, torch.Tensor] | None = None
         self.rows = self._build(min(length, limit))
 
     def _build(self, length: int, start: int = 0) -> torch.Tensor:
-        pos = torch.arange(start, length, dtype=torch.int64, device=self.device)
-        cos, sin = _rope_tables(pos, self.spec)
-        return torch.stack((cos, sin), dim=1)  # [length - start, 2, n]
+        return self._rows_of(torch.arange(start, length, dtype=torch.int64, device=self.device))
+
+    def _rows_of(self, pos: torch.Tensor) -> torch.Tensor:
+        """Exact rows [N, 2, n] of 1-D integer positions [N], built a chunk at a time: the exact reduction's
+        float64 intermediates of one chunk stay in the CPU caches (one 2^17-row build: ~14 us a row, in chunks
+        ~1.4, one thread). Each row is computed from its own position alone, so chunking changes no value."""
+        n = int(self.spec.n_bands)
+        out = torch.empty(pos.shape[0], 2, n, dtype=torch.float32, device=self.device)
+        step = max(1, min(_CHUNK_POSITIONS, _CHUNK_ENTRIES // n))
+        for i in range(0, pos.shape[0], step):
+            cos, sin = _rope_tables(pos[i : i + step], self.spec)
+            out[i : i + step, 0] = cos
+            out[i : i + step, 1] = sin
+        return out
 
     @property
     def length(self) -> int:
@@ -64,20 +90,34 @@ class TableCache:
             self.rows = self._build(length)
         else:  # only the new rows are computed (row values do not depend on the cache length)
             self.rows = torch.cat((old, self._build(length, start=old.shape[0])), dim=0)
+        far = self.far
+        if far is not None and far[0] + far[1].shape[0] <= self.length:
+            self.far = None  # the prefix now holds every row of the window
+
+    def _prefix_target(self, hi: int, count: int) -> int | None:
+        """The length to grow the prefix to for position ``hi`` (< limit) asked for with ``count`` positions,
+        or None when that many new rows are not worth it (:func:`_worth`): a far position is read elsewhere."""
+        have = self.length
+        new = min(1 << hi.bit_length(), self.limit)
+        return new if _worth(new - have, have, count) else None
 
     def grown_call(self, call: Callable[[torch.Tensor], int]) -> int:
         """Run ``call(rows)``, a kernel that reads these rows at positions and, when one is past them, writes
-        nothing and returns the largest: then grow the cache to cover it (up to the limit) and call once more.
-        Returns the last call's code (what it means otherwise is the kernel's: 0 done, negative refused, ...)."""
+        nothing and returns the largest: then grow the cache to cover it (when that is worth it for one position,
+        :func:`_worth`: decode's next position, a few thousand rows; not a far position) and call once more.
+        Returns the last call's code (what it means otherwise is the kernel's: 0 done, negative refused, ...): the
+        largest position when it is still past the rows (the caller's exact path then serves the call)."""
         rc = call(self.rows)
         if self.rows.shape[0] <= rc < self.limit:
-            self.grow(1 << rc.bit_length())
-            rc = call(self.rows)
+            new = self._prefix_target(rc, 1)
+            if new is not None:
+                self.grow(new)
+                rc = call(self.rows)
         return rc
 
     def move(self, device: torch.device) -> None:
         length, was_meta = self.length, self.rows.device.type == "meta"
-        self.device = device
+        self.device, self.far = device, None  # the window is rebuilt where it is needed next
         self.rows = self._build(length) if was_meta or device.type == "meta" else self.rows.to(device)
 
     def lookup(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -105,8 +145,15 @@ class TableCache:
         a fresh gather), or None when a position is outside [0, limit). The decode fast paths hand its data pointer
         to a prepared kernel plan (cos at row offset 0, sin at n) without making two views of it."""
         if torch._C._are_functorch_transforms_active() and torch._C._functorch.is_batchedtensor(flat):
-            return None  # vmap over the positions: no data-dependent read; the caller's exact path serves them
+            # vmap over the positions: no data-dependent read; the caller's exact path serves them
+            return None
         rows = self.rows
+        if flat.numel() == 1 and flat.is_cpu:  # decode: a slice of the prefix or of the window, no gather
+            p, far = int(flat), self.far
+            if 0 <= p < rows.shape[0]:
+                return rows.narrow(0, p, 1)
+            if far is not None and 0 <= p - far[0] < far[1].shape[0]:
+                return far[1].narrow(0, p - far[0], 1)
         out = None
         if flat.numel() >= _SLICE_MIN:
             first = int(flat[0])
@@ -119,24 +166,82 @@ class TableCache:
                     out = rows.narrow(0, first, end - first)
         if out is None:
             idx = flat if flat.dtype in (torch.int64, torch.int32) else flat.to(torch.int64)
-            if rows.is_cpu:
+            if rows.is_cpu and self.far is None:  # (a raise costs ~160 us: not once per far decode step)
                 try:
                     out = rows.index_select(0, idx)  # bounds-checked in C++: raises on any idx < 0 or >= L
                 except (IndexError, RuntimeError):  # the message differs between index_select kernels
-                    out = self._grow_for(idx)
-            else:  # a device-side bounds failure would be fatal: check first (one sync)
-                out = self._grow_for(idx)
+                    out = self._cover(idx)
+            else:  # a device-side bounds failure would be fatal: check first (one sync); or a window to read
+                out = self._cover(idx)
         return out
 
-    def _grow_for(self, idx: torch.Tensor) -> torch.Tensor | None:
+    def _cover(self, idx: torch.Tensor) -> torch.Tensor | None:
+        """Rows [N, 2, n] of positions idx [N] that may lie past the prefix: the prefix grows when that is worth
+        it (:func:`_worth`); else positions past it are read from the far window (built or extended when worth
+        it) or computed for this call alone. None when a position is outside [0, limit)."""
         if idx.numel() == 0:
             return self.rows.index_select(0, idx)
-        lo, hi = (int(v) for v in torch.aminmax(idx))
+        if idx.numel() <= _SLICE_MIN and idx.is_cpu:  # decode: reading the values beats two tensor reductions
+            vals = idx.tolist()
+            lo, hi = min(vals), max(vals)
+        else:
+            lo, hi = (int(v) for v in torch.aminmax(idx))
         if lo < 0 or hi >= self.limit:
             return None
         if hi >= self.length:
-            self.grow(1 << hi.bit_length())
-        return self.rows.index_select(0, idx)
+            new = self._prefix_target(hi, idx.numel())
+            if new is not None:
+                self.grow(new)
+        have = self.length
+        if hi < have:
+            return self.rows.index_select(0, idx)
+        if lo >= have:
+            return self._far_rows(idx, lo, hi)
+        past = idx >= have  # some positions in the prefix, some past it (one sync: an eager CPU read anyway)
+        far_idx = idx[past]
+        out = self.rows.index_select(0, idx.clamp(max=have - 1))
+        out[past] = self._far_rows(far_idx, int(far_idx.min()), hi)
+        return out
+
+    def _far_rows(self, idx: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
+        """Rows [N, 2, n] of positions idx [N] in [lo, hi], all past the prefix: read from the window when it
+        covers them (a slice for a consecutive run), else computed directly (exact rows of these positions only)."""
+        n, far = idx.numel(), self._window(lo, hi, idx.numel())
+        if far is None:
+            return self._rows_of(idx.to(torch.int64))
+        start, rows = far
+        if hi - lo + 1 == n and (
+            n == 1 or torch.equal(idx, torch.arange(lo, hi + 1, dtype=idx.dtype, device=idx.device))
+        ):  # one position or a consecutive run: a slice of the window, no gather
+            return rows.narrow(0, lo - start, n)
+        return rows.index_select(0, idx - start)
+
+    def _window(self, lo: int, hi: int, count: int) -> tuple[int, torch.Tensor] | None:
+        """Make the far window cover positions lo .. hi (past the prefix, < limit), asked for with ``count``
+        positions: extend it (forward at least to twice its size: decode at far positions) or replace it by a new
+        one on whole blocks, when the rows that adds are worth it (:func:`_worth`). Returns the window (start, rows)
+        that covers them, or None: not worth it."""
+        start, end = lo - lo % _BLOCK, min(-(-(hi + 1) // _BLOCK) * _BLOCK, self.limit)
+        far = self.far
+        if far is not None:
+            s, old = far
+            w = int(old.shape[0])
+            if s <= lo and hi < s + w:
+                return far
+            us, ue = min(s, start), max(s + w, end)
+            if ue > s + w:
+                ue = max(ue, min(s + 2 * w, self.limit))
+            if _worth(ue - us - w, w, count):
+                parts = [self._build(s, us)] if us < s else []
+                parts.append(old)
+                if ue > s + w:
+                    parts.append(self._build(ue, s + w))
+                far = self.far = (us, torch.cat(parts, dim=0))
+                return far
+        if not _worth(end - start, 0, count):
+            return None
+        far = self.far = (start, self._build(end, start))  # a window elsewhere is dropped
+        return far
 
     def select(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Traceable read: cached rows where 0 <= p < L, directly computed exact rows elsewhere (no sync).
@@ -151,6 +256,14 @@ class TableCache:
         dcos, dsin = _tables_from_positions(p, consts, self.spec.attention_factor, torch.float32)
         keep = inside.unsqueeze(-1)
         return torch.where(keep, cached[..., 0, :], dcos), torch.where(keep, cached[..., 1, :], dsin)
+
+
+def _worth(extra: int, have: int, count: int) -> bool:
+    """Whether adding ``extra`` rows to a block of ``have`` rows is worth it for a call asking for ``count``
+    positions: always up to _FREE_ROWS rows; past that, at most as many as the block holds (doubling: amortized
+    over the decode steps that fill it) or _ROWS_PER_POSITION per position asked for (a prefill). A far position
+    asked for alone never builds every row up to it (2^18 rows: seconds and ~640 MB peak, was the case)."""
+    return extra <= max(have, _ROWS_PER_POSITION * count, _FREE_ROWS)
 
 
 def is_row_view(t: torch.Tensor) -> bool:

@@ -134,7 +134,9 @@ def test_cache_reads_share_one_row_stream_and_plans_match_them() -> None:
     assert not is_row_view(torch.zeros(100, n)) and is_row_view(torch.zeros(1, n))
     assert is_row_view(torch.zeros(3, 5, 2, n)[:, :, 0]) and not is_row_view(torch.zeros(3, 2, 5, n)[:, 0])
     with torch.no_grad():
-        for step, pos in enumerate((torch.arange(100, 200), torch.arange(100, 200), torch.randperm(400)[:100])):
+        for step, pos in enumerate(
+            (torch.arange(100, 200), torch.arange(100, 200), torch.randperm(400)[:100])
+        ):
             q, k = torch.randn(1, 4, 100, 32), torch.randn(1, 2, 100, 32)
             want_q = reference_rope(q.transpose(1, 2), pos, SPEC).transpose(1, 2)
             want_k = reference_rope(k.transpose(1, 2), pos, SPEC).transpose(1, 2)
@@ -143,7 +145,6 @@ def test_cache_reads_share_one_row_stream_and_plans_match_them() -> None:
             torch.testing.assert_close(k.double(), want_k, rtol=0, atol=1e-6, msg=f"step {step}")
     key = fastpath.apply_key(q, k, pos, SPEC, "bhsd", True, "auto")
     assert fastpath.apply_lookup(key, SPEC) is not None  # the last call went through the stored plan
-
 
 
 def _count_gathers(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
@@ -195,7 +196,13 @@ def test_kernel_reads_cache_rows_in_place_bit_identical_to_given_tables(
                         k = torch.randn(ks, generator=g).to(dtype) if with_k else None
                         cos, sin = _rope_tables(pos, spec)  # computed directly: no cache
                         want = apply_rope_tables(  # the pure-PyTorch backend: no plan, no C kernel
-                            q.clone(), None if k is None else k.clone(), cos, sin, spec, format=fmt, backend="torch"
+                            q.clone(),
+                            None if k is None else k.clone(),
+                            cos,
+                            sin,
+                            spec,
+                            format=fmt,
+                            backend="torch",
                         )
                         qa, ka = q.clone(), None if k is None else k.clone()
                         with torch.no_grad():
@@ -211,7 +218,9 @@ def test_kernel_reads_cache_rows_in_place_bit_identical_to_given_tables(
 
 
 @pytest.mark.parametrize("fmt", ["bshd", "bhsd"])
-def test_kernel_cache_read_split_across_threads_bit_identical(fmt: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_kernel_cache_read_split_across_threads_bit_identical(
+    fmt: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A prefill-sized repeated call takes the same in-kernel cache read on two threads, in chunks that start in
     the middle of a sequence, with every row's position different from the row before (shuffled): the kernel
     loads each row's cache offset a row ahead, so a wrong look-ahead (stale, skipped, or read past a chunk) shows
@@ -276,6 +285,14 @@ def _wrapped(dtype: torch.dtype, first: int) -> torch.Tensor:
     return torch.arange(first, first + 64).to(dtype)  # wraps modulo 2^bits, as a user's narrow buffer would
 
 
+def _grow_shared_past_int16() -> None:
+    """Grow SPEC's shared cache past 32767 + 64 (int16's wrap point): a wrapped int16 run would pass as a slice.
+    (One far position no longer grows it: it is read from a window of far rows, tests/ropekit/test_far_positions.)"""
+    rope_tables(torch.arange(40_000), SPEC)  # a prefill: grows the rows themselves
+    cache = fastpath.shared_cache(SPEC, CPU)
+    assert cache is not None and cache.length > 32_767 + 64
+
+
 def _exact_tables(values: list[int], spec: RopeSpec) -> tuple[torch.Tensor, torch.Tensor]:
     """Oracle from the math: cos/sin(p * base ** (-2i / rotary_dim)) in float64, one Python float per entry."""
     r = int(spec.rotary_dim)  # type: ignore[arg-type]
@@ -303,7 +320,7 @@ def test_wrapped_narrow_positions_read_the_rows_of_the_values_they_hold(
             return
         cos, sin = hit
     elif entry == "rope_tables":
-        rope_tables(torch.tensor([40_000]), SPEC)  # the shared cache grown past 32767 (int16's wrap point)
+        _grow_shared_past_int16()
         cos, sin = rope_tables(pos, SPEC)
     else:
         cos, sin = Rotary(SPEC, max_seq_len=1 << 16).tables(pos)
@@ -331,7 +348,7 @@ def test_wrapped_narrow_positions_rotate_at_the_values_they_hold(
     """apply_rope and Rotary with wrapped narrow positions rotate each token at the value its element holds, on the
     validated first call and on the second (the stored plan's fast path). Oracle: the float64 reference at those
     values as int64."""
-    rope_tables(torch.tensor([40_000]), SPEC)  # the shared cache grown past 32767 (int16's wrap point)
+    _grow_shared_past_int16()
     rope = Rotary(SPEC, max_seq_len=1 << 16)
     pos = _wrapped(dtype, first)
     held = torch.tensor(pos.tolist(), dtype=torch.int64)

@@ -11,14 +11,25 @@
   (transformers 5.23), which is what a model gets when its config.json leaves the key out.
 - :func:`config_context`: the declared context, else the family's default (with a note saying so), else a
   ValueError naming the key. No silent fallback: a context nobody stated would move every figure.
+- :func:`yarn_extended_context`: the usable context of a YaRN config whose context is its original length L0.
+  Qwen's model cards add a YaRN block (``factor: 4.0, original_max_position_embeddings: 32768``) to a config whose
+  ``max_position_embeddings`` stays at the pretraining length (32768). transformers' YaRN extends L0 by the factor
+  (``factor`` is "post-yarn context length / pre-yarn context length"; with ``max_position_embeddings == L0`` it
+  does not warn, the implicit factor being 1), and vLLM serves ``L0 * factor`` tokens for YaRN: such a model's
+  usable context is 131072, not the 32768 the config states. ``inspect``, ``precision`` and ``report`` apply it to
+  the config's own length only, never to an explicit ``--context``.
 
 Shapes: none (configuration only).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
+
+from ropekit.analysis.layers import LayerView
+from ropekit.scaling import Yarn
 
 __all__ = [
     "CONTEXT_KEYS",
@@ -27,6 +38,7 @@ __all__ = [
     "config_text",
     "declared_context",
     "text_part",
+    "yarn_extended_context",
 ]
 
 #: families whose transformers config stores ``max_position_embeddings`` under another name (its ``attribute_map``)
@@ -157,6 +169,31 @@ def config_context(config: dict[str, Any]) -> tuple[int, str | None]:
         else f"ropekit does not know transformers' default for model_type {model_type or None!r}"
     )
     raise ValueError(f"config {key} (the context length) {state} and {known}")
+
+
+def yarn_extended_context(views: list[LayerView], context: int) -> tuple[list[LayerView], int, str] | None:
+    """(views at the extended length, that length, a note) when a view's YaRN has ``L0 == context`` and a factor
+    above 1 (the longest ``int(factor * L0)`` of such views); None when none has (see the module docstring).
+
+    ``context`` is the config's own length (its ``max_position_embeddings``, or its family's default): callers
+    never apply this to a length the user passed (``--context``).
+    """
+    extended = {
+        (int(sc.factor * sc.original_max_position_embeddings), sc.factor)
+        for v in views
+        if isinstance(sc := v.spec.scaling, Yarn)
+        and sc.original_max_position_embeddings == context
+        and sc.factor > 1.0
+    }
+    if not extended:
+        return None
+    length, factor = max(extended)
+    note = (
+        f"YaRN factor {factor:g} over original_max_position_embeddings={context:,}, which the config's context "
+        f"equals: transformers' YaRN extends that length by the factor (vLLM serves {length:,} tokens too); pass "
+        f"--context {context} to judge the unextended length"
+    )
+    return [dataclasses.replace(v, context=length) for v in views], length, note
 
 
 def config_text(path: Path, expected: str) -> str:

@@ -131,6 +131,15 @@ def _impls(case: Case, device: str, quick: bool) -> dict[str, Callable[[], Any]]
     }
     if case.kind == "decode":
         impls["one elementwise op on q: mul_(1.0)"] = lambda: q.mul_(1.0)
+    if (
+        not quick
+    ):  # what a compiled model pays per layer (plus the compiled call's own cost: see docs/kernels.md)
+        c_rot = torch.compile(lambda q, k, p: rot(q, k, positions=p, inplace=True), fullgraph=True)
+        c_apply = torch.compile(
+            lambda q, k, p: apply_rope(q, k, p, spec, format="bhsd", inplace=True), fullgraph=True
+        )
+        impls["torch.compile(ropekit Rotary)"] = lambda: c_rot(q, k, pos)
+        impls["torch.compile(ropekit apply_rope)"] = lambda: c_apply(q, k, pos)
     r = case.rotary_dim
     if case.layout == "half":
         try:

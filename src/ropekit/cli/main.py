@@ -13,6 +13,7 @@ from typing import Any
 from ropekit.analysis.compare import SCHEMES
 from ropekit.analysis.threads import single_thread
 from ropekit.cli import inspect_cmd, precision_cmd
+from ropekit.cli.lenient import cli_warnings, error_text
 from ropekit.cli.outputs import check_out_dir, check_out_file
 from ropekit.cli.presets_cmd import list_presets
 from ropekit.cli.source import add_source_args, check_length, resolve_views
@@ -296,25 +297,33 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
-        if args.command in ("presets", "inspect", "precision"):
-            with single_thread():  # thousands of small tensor ops: threads only add synchronisation
-                if args.command == "presets":
-                    return list_presets(as_json=args.json, out=sys.stdout)
-                if args.command == "inspect":
-                    return _inspect(args)
-                return _precision(args)
-        if args.command == "bench":
-            return _bench(args)
-        if args.command == "lab":
-            return _lab(args)
-        if args.command == "report":
-            from ropekit.cli import report_cmd
-
-            return report_cmd.run(args)
-        parser.error(f"unknown command {args.command!r}")  # pragma: no cover - argparse refuses it first
+        if args.command not in ("inspect", "precision", "report"):
+            return _dispatch(parser, args)
+        with cli_warnings(args.command):  # the config reader's warnings (--lenient's among them)
+            return _dispatch(parser, args)
     except ValueError as e:
-        print(f"ropekit {args.command}: error: {e}", file=sys.stderr)
+        print(f"ropekit {args.command}: error: {error_text(e, args)}", file=sys.stderr)
         return 2
     except OSError as e:  # a file or folder the checks could not foresee (a full disk, /proc, a race)
         print(f"ropekit {args.command}: error: {e}", file=sys.stderr)
         return 2
+
+
+def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """Run the parsed command (``main`` reports its ValueError / OSError)."""
+    if args.command in ("presets", "inspect", "precision"):
+        with single_thread():  # thousands of small tensor ops: threads only add synchronisation
+            if args.command == "presets":
+                return list_presets(as_json=args.json, out=sys.stdout)
+            if args.command == "inspect":
+                return _inspect(args)
+            return _precision(args)
+    if args.command == "bench":
+        return _bench(args)
+    if args.command == "lab":
+        return _lab(args)
+    if args.command == "report":
+        from ropekit.cli import report_cmd
+
+        return report_cmd.run(args)
+    parser.error(f"unknown command {args.command!r}")  # pragma: no cover - argparse refuses it first

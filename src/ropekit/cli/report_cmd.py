@@ -6,7 +6,7 @@ lab checkpoint. A model folder whose only weights are pickle files (``pytorch_mo
 configuration-only report, with a note on stderr, on the page and in the JSON (``weights_note``: both written by
 :func:`ropekit.report.build.build_report`). Prints the page's path (on stderr with ``--json``, which prints the
 numbers on stdout), and the build time on stderr (the page itself carries none: the same SOURCE gives the same
-bytes).
+bytes). ``--lenient`` reads a config.json as ``RopeSpec.from_hf(strict=False)`` does (:mod:`ropekit.cli.lenient`).
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any, TextIO
+
+from ropekit.cli.lenient import add_lenient_arg, lenient_scope
 
 __all__ = ["add_parser", "run"]
 
@@ -34,13 +36,15 @@ def add_parser(sub: Any) -> None:
         type=int,
         default=None,
         help="context length (default: the config's max_position_embeddings, else transformers' default for its "
-        "model_type where ropekit knows it; otherwise the config is refused)",
+        "model_type where ropekit knows it; otherwise the config is refused; for a YaRN config whose context "
+        "equals its original_max_position_embeddings L0, L0 x factor)",
     )
     p.add_argument(
         "--json",
         action="store_true",
         help="print the numbers behind every figure as JSON (also written to DIR/report.json)",
     )
+    add_lenient_arg(p)
 
 
 def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
@@ -54,9 +58,13 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     if args.context is not None:
         check_length("--context", args.context)
     check_out_dir("--out", args.out)  # before the figures are built, not after
+    _check_lenient(args)
     t0 = time.perf_counter()
-    source = resolve(args.source, context=args.context)
-    report = build_report(source)  # with the note on skipped weights (Source.weights_note), if any
+    with lenient_scope(
+        args
+    ):  # --lenient: the config (and a model folder's patch) read as strict=False reads it
+        source = resolve(args.source, context=args.context)
+        report = build_report(source)  # with the note on skipped weights (Source.weights_note), if any
     path = write_report(report, Path(args.out))
     out, err = out or sys.stdout, err or sys.stderr
     if source.context_note:
@@ -71,3 +79,14 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     else:
         print(str(path), file=out)
     return 0
+
+
+def _check_lenient(args: argparse.Namespace) -> None:
+    """Refuse ``--lenient`` for a SOURCE without a config.json to read (a preset, a lab checkpoint)."""
+    from ropekit.presets import PRESETS
+
+    if getattr(args, "lenient", False) and (args.source in PRESETS or args.source.endswith(".safetensors")):
+        raise ValueError(
+            f"--lenient applies to a config.json or model folder SOURCE (how its keys are read); {args.source!r} "
+            "has no config to read: drop it"
+        )

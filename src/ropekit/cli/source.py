@@ -7,7 +7,8 @@
   holding one (``save_pretrained``; only its config.json is read);
 - or spec flags: ``--head-dim --base --rotary-dim --layout --p`` and a scheme ``--scaling NAME --factor F
   [--original-length L0]`` (L0 defaults to context / factor: the length the model was trained at);
-- ``--layer-type`` picks one layer type of a per-layer-type model; ``--context`` overrides the context.
+- ``--layer-type`` picks one layer type of a per-layer-type model; ``--context`` overrides the context;
+  ``--lenient`` reads a config.json as ``RopeSpec.from_hf(strict=False)`` does (:mod:`ropekit.cli.lenient`).
 
 Shapes: none (argument handling only).
 """
@@ -23,8 +24,15 @@ from pathlib import Path
 from typing import Any
 
 from ropekit.analysis.compare import SCHEMES, build_scheme
-from ropekit.analysis.config_context import config_context, config_text, declared_context, text_part
+from ropekit.analysis.config_context import (
+    config_context,
+    config_text,
+    declared_context,
+    text_part,
+    yarn_extended_context,
+)
 from ropekit.analysis.layers import LayerView, layer_views
+from ropekit.cli.lenient import add_lenient_arg, lenient_scope
 from ropekit.presets import PRESETS, get_preset
 from ropekit.scaling import DynamicNTK, Scaling
 from ropekit.spec import LAYOUTS, RopeSpec
@@ -82,12 +90,14 @@ def add_source_args(p: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         help=f"context length (default: a preset's or config's; for a config without max_position_embeddings, "
-        f"transformers' default for its model_type; for --base/--head-dim flags, {DEFAULT_CONTEXT})",
+        f"transformers' default for its model_type; for a YaRN config whose context equals its "
+        f"original_max_position_embeddings L0, L0 x factor; for --base/--head-dim flags, {DEFAULT_CONTEXT})",
     )
     p.add_argument(
         "--layer-type", default=None, help="one layer type of per-layer-type models (e.g. sliding_attention)"
     )
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    add_lenient_arg(p)
 
 
 #: the longest --context: positions up to 2^53 are exact in float64 (the phase-error window ends at the context)
@@ -166,6 +176,12 @@ def resolve_views(args: argparse.Namespace) -> tuple[str | None, list[LayerView]
     """(source name or None, one view per layer type) from the parsed source arguments."""
     if args.context is not None:
         check_length("--context", args.context)
+    if getattr(args, "lenient", False) and (args.source is None or args.source in PRESETS):
+        raise ValueError(
+            "--lenient applies to a config.json SOURCE (how its keys are read); "
+            + ("the spec flags have" if args.source is None else f"preset {args.source!r} has")
+            + " no config to read: drop it"
+        )
     if args.source is None:
         if args.layer_type is not None:
             raise ValueError("--layer-type needs a preset or config.json SOURCE")
@@ -224,7 +240,14 @@ def resolve_views(args: argparse.Namespace) -> tuple[str | None, list[LayerView]
             raise ValueError(f"{e}; pass --context") from None
         if note:
             print(f"ropekit: context {context:,} tokens: {note}", file=sys.stderr)
-    return str(path), layer_views(cfg, context=context, layer_type=args.layer_type)
+    with lenient_scope(args):
+        views = layer_views(cfg, context=context, layer_type=args.layer_type)
+    # a YaRN config stating its L0 as its length: L0 x factor (ropekit.analysis.config_context); never --context
+    extended = None if args.context is not None else yarn_extended_context(views, context)
+    if extended is not None:
+        views, context, note = extended
+        print(f"ropekit: context {context:,} tokens: {note}", file=sys.stderr)
+    return str(path), views
 
 
 def spec_dict(spec: RopeSpec) -> dict[str, Any]:

@@ -29,7 +29,9 @@ required keys, wrong list lengths, non-finite values) raises ``ValueError`` nami
 a top-level key that is a near-miss of a RoPE key ropekit reads (``rope_scalling``: transformers ignores it
 silently, so the model loads with a different RoPE; :func:`ropekit.hf.config_top_keys.check_top_level_keys`);
 ``strict=False`` accepts what transformers accepts, with a warning (a missing ``original_max_position_embeddings``
-is filled from ``max_position_embeddings``, as transformers does). What transformers refuses or fails on, and
+is filled from ``max_position_embeddings``, as transformers does); a strict refusal of that kind is a
+:class:`~ropekit.hf.config_values.StrictRefusal` (a ValueError), and :func:`lenient_reading` makes every read in a
+block lenient (the CLI's ``--lenient``). What transformers refuses or fails on, and
 values from which no frequency table can be computed (a zero factor, a zero LongRoPE entry, a negative YaRN beta,
 ...), are refused in both modes, naming the key: a non-dict ``rope_parameters`` / ``rope_scaling``, a null value,
 ``head_dim`` / ``max_position_embeddings`` / ``qk_rope_head_dim`` that are not ints (4096.0 included: its config
@@ -46,6 +48,8 @@ spec back (:func:`spec_to_hf`) is :mod:`ropekit.hf.config_write`'s, re-exported 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
@@ -55,6 +59,7 @@ from ropekit.hf.config_rules import check_computable, config_errors
 from ropekit.hf.config_scaling import _scaling
 from ropekit.hf.config_top_keys import check_layer_types, check_top_level_keys
 from ropekit.hf.config_values import (
+    StrictRefusal,
     _as_dict,
     _did_you_mean,
     _head_dim,
@@ -69,7 +74,14 @@ from ropekit.hf.default_theta import DEFAULT_THETA
 from ropekit.hf.partial_factor import _hf_kept_bands, _hf_proportional_factor, _hf_rotary_dim
 from ropekit.spec import RopeSpec
 
-__all__ = ["INTERLEAVED_MODEL_TYPES", "KNOWN_KEYS", "spec_from_hf", "spec_to_hf"]
+__all__ = [
+    "INTERLEAVED_MODEL_TYPES",
+    "KNOWN_KEYS",
+    "StrictRefusal",
+    "lenient_reading",
+    "spec_from_hf",
+    "spec_to_hf",
+]
 
 #: Families whose q/k weights pair channels (2i, 2i+1) (rope-types.md 5.2); all others use the half split.
 INTERLEAVED_MODEL_TYPES = frozenset(
@@ -98,6 +110,23 @@ _FAMILY_KEYS_NOTE = (
 #: set while :func:`spec_from_hf` parses a config, so that the VL parser's call back for the text part does not
 #: report (or warn about) the same top-level keys twice
 _KEYS_CHECKED: ContextVar[bool] = ContextVar("ropekit_hf_keys_checked", default=False)
+#: set inside :func:`lenient_reading`: every :func:`spec_from_hf` call reads as with ``strict=False``
+_LENIENT: ContextVar[bool] = ContextVar("ropekit_hf_lenient", default=False)
+
+
+@contextmanager
+def lenient_reading() -> Iterator[None]:
+    """Within the block, every :func:`spec_from_hf` call (``RopeSpec.from_hf`` too, from any caller) reads as with
+    ``strict=False``: what transformers accepts with a warning is accepted with a warning, not refused.
+
+    For callers that reach the parser through code without a ``strict`` argument (the CLI's ``--lenient``: its
+    layer views call ``RopeSpec.from_hf(config)``). Scoped to the current thread / task (a ContextVar).
+    """
+    token = _LENIENT.set(True)
+    try:
+        yield
+    finally:
+        _LENIENT.reset(token)
 
 
 def spec_from_hf(
@@ -106,6 +135,7 @@ def spec_from_hf(
     """Build a RopeSpec from a transformers config (object or config.json dict). See the module docstring."""
     if not isinstance(strict, bool):
         raise ValueError(f"strict={strict!r} must be True or False")  # noqa: TRY004 - as schema=: a ValueError
+    strict = strict and not _LENIENT.get()
     r = _Reader(strict)
     cfg = _as_dict(config)
     from ropekit.hf.config_vl import is_vl_config, spec_from_hf_vl
@@ -180,7 +210,8 @@ def _spec(
                 if "original_max_position_embeddings" in missing and mp is not None
                 else ""
             )
-            raise ValueError(
+            # with the fill, strict=False reads it: a strict refusal (the CLI says --lenient reads it)
+            raise (StrictRefusal if fill else ValueError)(
                 f"rope_type {t!r} requires {missing}; got keys {sorted(rp)}{_unknown_note(unknown, known)}{fill}"
             )
     if unknown:

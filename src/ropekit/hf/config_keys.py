@@ -29,7 +29,7 @@ from ropekit.hf.config_families import (
     SCALING_UPDATES,
     per_layer_family,
 )
-from ropekit.hf.config_rules import nested_truncate, original_max
+from ropekit.hf.config_rules import nested_truncate, original_max, replaced_note
 from ropekit.hf.config_top_keys import (
     TOP_LEVEL_ROPE_KEYS,
     check_layer_types,
@@ -140,11 +140,7 @@ def _rope_parameters(cfg: dict[str, Any], model_type: str) -> dict[str, Any] | N
         return None  # the v4 form: rope_scaling alone (read below)
     updated = SCALING_UPDATES.get(model_type)
     if updated is None:
-        warnings.warn(
-            f"config has both rope_parameters={rp!r} and rope_scaling={rs!r}: transformers uses rope_scaling and "
-            "drops rope_parameters (its rope_theta too); so does ropekit. Remove one of them",
-            stacklevel=5,
-        )
+        warnings.warn(replaced_note(rp, rs, cfg, model_type), stacklevel=5)
         return dict(rs)
     if not _is_nested(rp) or any(not isinstance(rp.get(t), dict) for t in updated):
         raise ValueError(

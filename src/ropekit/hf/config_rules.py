@@ -23,7 +23,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from ropekit.hf.config_families import ORIGINAL_MAX_DEFAULT, ORIGINAL_MAX_IGNORES_TOP
+from ropekit.hf.config_families import NEOX_TYPES, ORIGINAL_MAX_DEFAULT, ORIGINAL_MAX_IGNORES_TOP
+from ropekit.hf.config_values import StrictRefusal
 
 if TYPE_CHECKING:
     from ropekit.hf.config_keys import _Reader
@@ -64,10 +65,17 @@ def original_max(
                 f"rope_type {t!r} and fails on a null; expected a positive integer (or leave the key out)"
             )
         if L0 in rp and rp[L0] != top:
+            # what deleting the top-level key would do: the rope dict's value, or the class default (Phi-3)
+            instead = ORIGINAL_MAX_DEFAULT.get(model_type, rp[L0])
+            other = (
+                f"deleting the top-level key makes it {instead!r}"
+                if L0 in cfg
+                else f"a top-level {L0}={rp[L0]!r} makes it that value"
+            )
             warnings.warn(
                 f"{where} {L0}={top!r} and rope parameter {L0}={rp[L0]!r} differ: transformers' "
-                f"standardize_rope_params uses the top-level value for rope_type {t!r}, and so does ropekit; "
-                "remove one of them",
+                f"standardize_rope_params uses the top-level value for rope_type {t!r}, and so does ropekit. To "
+                f"keep {top!r}, set the rope parameter to it; {other}",
                 stacklevel=5,
             )
         rp[L0] = top
@@ -85,6 +93,32 @@ def original_max(
             f"{L0}={rp.get(L0)!r}), and ropekit does not read it either",
             stacklevel=5,
         )
+
+
+def _brief(v: Any) -> str:
+    """A rope dict for a message: lists (LongRoPE's per-band factors) as their length, not their values; nested
+    (per-layer-type) dicts likewise."""
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k!r}: {_brief(x)}" for k, x in v.items()) + "}"
+    return f"<{len(v)} values>" if isinstance(v, (list, tuple)) else repr(v)
+
+
+def replaced_note(rp: dict[str, Any], rs: dict[str, Any], cfg: dict[str, Any], model_type: str) -> str:
+    """The warning for a config with both a flat ``rope_parameters`` and a non-empty ``rope_scaling`` that
+    transformers' ``convert_rope_params_to_dict`` replaces it with (``rope_scaling or rope_parameters``): which one
+    it computes with, where the base comes from then, and which key to delete to keep that RoPE."""
+    theta = ""
+    if "rope_theta" in rp and "rope_theta" not in rs:  # the base: top-level kwarg, else the class default
+        top = "rotary_emb_base" if model_type in NEOX_TYPES else "rope_theta"
+        src = f"the top-level {top}={cfg[top]!r}" if top in cfg else "the config class's default base"
+        theta = f" (its rope_theta={rp['rope_theta']!r} included: the base is {src})"
+    return (
+        f"config has both rope_parameters={_brief(rp)} and rope_scaling={_brief(rs)}: transformers uses "
+        f"rope_scaling and ignores rope_parameters{theta}, and so does ropekit. To keep this RoPE, delete "
+        "rope_parameters (or move rope_scaling's keys into it); deleting rope_scaling instead changes the RoPE to "
+        "rope_parameters'. A v4 fragment (RopeSpec.to_hf(schema='v4')) merged into a config with rope_parameters "
+        "does this: write it with schema='v5'"
+    )
 
 
 def nested_truncate(rp: dict[str, Any], outer: dict[str, Any], layer_type: str, r: _Reader) -> None:
@@ -156,4 +190,5 @@ def config_errors(rp: dict[str, Any], cfg: dict[str, Any], note: str = "") -> It
             msg = f"{msg} ({note})"
         if msg == str(e):
             raise
-        raise ValueError(msg) from e
+        # a strict refusal stays one (strict=False, the CLI's --lenient, would read the config)
+        raise (StrictRefusal if isinstance(e, StrictRefusal) else ValueError)(msg) from e

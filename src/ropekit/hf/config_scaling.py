@@ -147,7 +147,10 @@ def _scaling(r: _Reader, t: str, rp: dict[str, Any], cfg: dict[str, Any], model_
         L0 = _int(rp, "original_max_position_embeddings")
         if max_pos is not None and L0 >= max_pos:
             r.problem(
-                f"llama3 original_max_position_embeddings={L0} must be < max_position_embeddings={max_pos}"
+                f"llama3 original_max_position_embeddings={L0} must be < max_position_embeddings={max_pos} (the "
+                "context the scaling extends to); transformers only warns, and its llama3 frequencies do not read "
+                "max_position_embeddings, so strict=False reads the same RoPE. Set max_position_embeddings to the "
+                "extended context"
             )
         for key in ("low_freq_factor", "high_freq_factor"):
             why = (

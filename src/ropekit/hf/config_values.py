@@ -5,7 +5,8 @@
 - :func:`_head_dim`: ``qk_rope_head_dim``, ``head_dim``, the family's class default, or hidden size over heads
   (also under GPT-J's ``n_embd`` / ``n_head``);
 - the value checks (finite numbers, bounds, positive integers, LongRoPE factor lists), strict or warning
-  (:class:`_Reader`), and the did-you-mean suggestions for misspelt keys.
+  (:class:`_Reader`; a strict refusal that ``strict=False`` would accept is a :class:`StrictRefusal`), and the
+  did-you-mean suggestions for misspelt keys.
 
 Used by :mod:`ropekit.hf.config_keys` (the rope dict of one layer type), :mod:`ropekit.hf.config_top_keys` and
 :mod:`ropekit.hf.config` (the RopeSpec).
@@ -21,7 +22,12 @@ from typing import Any
 from ropekit.hf.class_defaults import DEFAULT_HEAD_DIM
 from ropekit.integers import INT64_SPAN, as_int, as_real, past_float64, shown
 
-__all__: list[str] = []
+__all__ = ["StrictRefusal"]
+
+
+class StrictRefusal(ValueError):
+    """A strict-mode refusal of what transformers accepts with a warning: ``strict=False`` (the CLI's
+    ``--lenient``) reads the config, with that message as a warning."""
 
 
 class _Reader:
@@ -30,7 +36,7 @@ class _Reader:
 
     def problem(self, msg: str) -> None:
         if self.strict:
-            raise ValueError(msg)
+            raise StrictRefusal(msg)
         warnings.warn(f"{msg} (accepted because strict=False)", stacklevel=4)
 
 

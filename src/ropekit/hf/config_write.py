@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from ropekit.hf.config_families import LONGROPE_MSCALE_TYPES
 from ropekit.hf.config_v4 import check_schema, spec_to_hf_v4
 from ropekit.hf.partial_factor import _hf_partial_factor, _hf_proportional_factor
 from ropekit.scaling import DynamicNTK, Linear, LongRope
@@ -18,7 +19,9 @@ __all__ = ["spec_to_hf"]
 L0 = "original_max_position_embeddings"
 
 
-def spec_to_hf(spec: RopeSpec, schema: Literal["v5", "v4"] = "v5") -> dict[str, Any]:
+def spec_to_hf(
+    spec: RopeSpec, schema: Literal["v5", "v4"] = "v5", *, model_type: str | None = None
+) -> dict[str, Any]:
     """The config fragment of a spec in transformers' v5 (default) or v4 schema.
 
     - ``schema="v5"``: ``{"head_dim", "rope_parameters", ["max_position_embeddings"],
@@ -35,13 +38,30 @@ def spec_to_hf(spec: RopeSpec, schema: Literal["v5", "v4"] = "v5") -> dict[str, 
 
     The layout is a property of the model family, not of the config: pass ``layout=`` back to ``from_hf``.
 
+    ``model_type`` (the config the fragment goes into) matters for the families whose keys differ:
+
+    - Phi-MoE (``"phimoe"``, :data:`~ropekit.hf.config_families.LONGROPE_MSCALE_TYPES`): its rotary module multiplies
+      cos and sin by ``short_mscale`` / ``long_mscale`` in place of the attention factor, and its config class
+      refuses a non-default RoPE without them. A LongRoPE is written with both set to ``spec.attention_factor``
+      (no ``attention_factor`` key), and in v4 with ``original_max_position_embeddings`` inside ``rope_scaling``
+      too (Phi-MoE never reads the top-level one). Another scheme (or p-RoPE) is refused: ropekit reads Phi-MoE's
+      mscales for LongRoPE only.
+
+    Every other ``model_type`` (and None) writes the same fragment.
+
     Raises:
-        ValueError: for a bad ``schema``; for specs transformers cannot express (explicit freqs; p-RoPE with
-            partial rotation or with a scheme other than Linear; in v4 also any p-RoPE, static NTK, and LongRoPE
-            whose factor differs from ``max_position_embeddings / original_max_position_embeddings`` without an
-            explicit attention factor).
+        ValueError: for a bad ``schema`` or ``model_type``; for specs transformers cannot express (explicit freqs;
+            p-RoPE with partial rotation or with a scheme other than Linear; in v4 also any p-RoPE, static NTK, and
+            LongRoPE whose factor differs from ``max_position_embeddings / original_max_position_embeddings``
+            without an explicit attention factor; for Phi-MoE a scheme other than LongRoPE).
     """
     check_schema(schema)
+    if model_type is not None and not isinstance(model_type, str):
+        raise ValueError(
+            f"model_type={model_type!r} must be a transformers model_type string (e.g. 'phimoe') or None"
+        )
+    if model_type in LONGROPE_MSCALE_TYPES:
+        return phimoe_fragment(spec, schema, str(model_type))
     if spec.axes is not None:  # multi-axis (M-RoPE): ropekit.hf.config_vl
         from ropekit.hf.config_vl import spec_to_hf_vl
 
@@ -77,4 +97,24 @@ def spec_to_hf(spec: RopeSpec, schema: Literal["v5", "v4"] = "v5") -> dict[str, 
     if L0 in rp:  # llama3 / yarn / longrope: where transformers reads it first (see the docstring)
         out[L0] = rp[L0]
     out["rope_parameters"] = rp
+    return out
+
+
+def phimoe_fragment(spec: RopeSpec, schema: Literal["v5", "v4"], model_type: str) -> dict[str, Any]:
+    """:func:`spec_to_hf` for Phi-MoE: LongRoPE with ``short_mscale = long_mscale = spec.attention_factor``."""
+    sc = spec.scaling
+    if spec.axes is not None or spec.p < 1.0 or not (sc is None or isinstance(sc, LongRope)):
+        what = "a multi-axis spec" if spec.axes is not None else f"p={spec.p!r}" if spec.p < 1.0 else repr(sc)
+        raise ValueError(
+            f"model_type={model_type!r} with {what}: its rotary module multiplies cos and sin by short_mscale / "
+            "long_mscale for every rope_type but 'default' (its config class refuses the RoPE without them), and "
+            "ropekit reads them for 'longrope' only; expected a LongRope scaling or none"
+        )
+    out = spec_to_hf(spec, schema=schema)
+    if sc is None:
+        return out
+    rope = out["rope_parameters" if schema == "v5" else "rope_scaling"]
+    rope.pop("attention_factor", None)  # not read by Phi-MoE: the mscales take its place
+    rope["short_mscale"] = rope["long_mscale"] = spec.attention_factor
+    rope[L0] = sc.original_max_position_embeddings  # v4 wrote it top-level only, which Phi-MoE does not read
     return out

@@ -17,11 +17,13 @@ Shapes: none.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -46,6 +48,8 @@ from ropekit.kernels.warn import _warn
 __all__: list[str] = []
 
 _tmp_dir: list[Path] = []  # the per-process build directory used when the cache directory is unusable
+#: a compiler still running after this long (seconds) is killed, and the build fails
+_COMPILE_TIMEOUT_S = 300.0
 
 
 class _NoPrebuilt(RuntimeError):
@@ -94,19 +98,46 @@ def _compile(argv: Sequence[str], flags: list[str], folder: Path) -> tuple[Path,
     tmp = Path(name)
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run(
-            [*argv, *flags, "-o", str(tmp), str(SOURCE)],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-        if proc.returncode != 0:
-            raise RuntimeError(f"compiler failed ({shlex.join(argv)}): {proc.stderr.strip()[:500]}")
+        status, stderr = _run_compiler([*argv, *flags, "-o", str(tmp), str(SOURCE)])
+        if status != 0:
+            raise RuntimeError(f"compiler failed ({shlex.join(argv)}): {stderr.strip()[:500]}")
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     return tmp, time.perf_counter() - t0
+
+
+def _run_compiler(cmd: list[str]) -> tuple[int, str]:
+    """Run the compiler command ``cmd``: (its exit status, its stderr). subprocess.TimeoutExpired after
+    :data:`_COMPILE_TIMEOUT_S`. It runs in a process group of its own, and when it times out or this process is
+    interrupted the whole group is killed -- the driver and the assembler and linker it started, which killing the
+    driver alone leaves running to write the output after the build removed it -- and gone before this raises."""
+    with subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    ) as proc:
+        try:
+            _, stderr = proc.communicate(timeout=_COMPILE_TIMEOUT_S)
+        except BaseException:
+            _kill_group(proc)
+            raise
+    return proc.returncode, stderr
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    """Kill the process group that ``proc`` leads and wait (at most 2 s) until none of its processes is left."""
+    if not hasattr(os, "killpg"):  # no process groups (Windows): the driver alone
+        proc.kill()
+        return
+    with contextlib.suppress(OSError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, 0)
+        except OSError:  # ProcessLookupError: the group is gone
+            return
+        time.sleep(0.01)
 
 
 def _build(cc: str | Sequence[str], flags: list[str], out: Path) -> float:

@@ -25,8 +25,9 @@ from pathlib import Path
 __all__ = ["ABI_VERSION", "HEADERS", "SOURCE"]
 
 SOURCE = Path(__file__).with_name("rope_cpu.c")
-HEADERS = (Path(__file__).with_name("rope_cache_write.h"),)  # included by SOURCE
-ABI_VERSION = 8
+#: included by SOURCE
+HEADERS = tuple(Path(__file__).with_name(h) for h in ("rope_cache_write.h", "rope_phase.h"))
+ABI_VERSION = 9
 #: every compiler: -ffp-contract=off keeps a*c - b*s two roundings (clang contracts into FMAs by default, which
 #: would break the bit-identity with the PyTorch backend; GCC's ISO mode already does not)
 _FLAGS = ["-O3", "-pthread", "-shared", "-fPIC", "-std=c11", "-ffp-contract=off"]

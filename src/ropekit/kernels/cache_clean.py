@@ -12,7 +12,12 @@ removes (:func:`remove_stale_builds`):
 - ``rope_cpu-<16 hex>-<8 hex>.so`` not loaded for 30 days, and its ``.json`` (a ``.json`` whose library is gone
   once it is 30 days old too);
 - ``rope_cpu-tmp-<8 characters>.so`` / ``.json``, a build's output or metadata before its rename into place (which
-  comes within the compiler's 300 s timeout), once a day old: left by a build that was killed.
+  comes within the compiler's 300 s timeout, seconds after the file's last write), once :data:`ORPHAN_AFTER_S` (an
+  hour) old: left by a build that was killed;
+- ``tmp<8 characters>.so`` / ``.json``, the same files as ropekit versions before the ``rope_cpu-tmp-`` prefix named
+  them (:mod:`tempfile`'s default name), once an hour old too, and only where the file is ropekit's: a library that
+  exports ``ropekit_abi_version`` (every build of ``rope_cpu.c`` does) or a file that begins as a build's metadata
+  does. That name is anyone's: another program's file of it, and an empty one, stay.
 
 Nothing else is touched: no file of another name, no symlink, no directory, never the library the process loaded.
 A build is installed complete (a rename), so a library of the pattern is never half-written; a file of a build in
@@ -42,13 +47,20 @@ __all__ = ["ORPHAN_AFTER_S", "STALE_AFTER_S", "TEMP_PREFIX", "cache_lock", "remo
 #: a cached build not loaded for this long (seconds; its modification time, refreshed by each load) is stale
 STALE_AFTER_S = 30 * 86400.0
 #: a build's temporary file this old (seconds) was left by a build that died (compiling is killed after 300 s)
-ORPHAN_AFTER_S = 86400.0
+ORPHAN_AFTER_S = 3600.0
 #: how long a loader waits for a cleaner's exclusive lock (held for milliseconds) before going on without the lock
 LOCK_WAIT_S = 5.0
 #: the name prefix of a build's temporary files in the cache directory
 TEMP_PREFIX = "rope_cpu-tmp-"
 _BUILD = re.compile(r"rope_cpu-[0-9a-f]{16}-[0-9a-f]{8}\.(?:so|json)")
 _TEMP = re.compile(re.escape(TEMP_PREFIX) + r"[a-z0-9_]{8}\.(?:so|json)")  # tempfile.mkstemp's 8 characters
+#: the temporary names of ropekit versions before TEMP_PREFIX (tempfile.mkstemp's default prefix): ropekit's only by
+#: their content (:func:`_legacy_is_ours`)
+_LEGACY_TEMP = re.compile(r"tmp[a-z0-9_]{8}\.(?:so|json)")
+#: an exported symbol of every build of rope_cpu.c (in the library's dynamic string table)
+_LIB_MARK = b"ropekit_abi_version"
+_META_MARK = b'{\n "compiler": '  # how every build's metadata begins (json.dump, indent=1, "compiler" first)
+_LEGACY_MAX_BYTES = 16 << 20  # a build is under 1 MiB: a larger file of a legacy name is not read, and stays
 
 
 @contextlib.contextmanager
@@ -112,7 +124,7 @@ def _remove(folder: Path, keep: Path, now: float) -> list[Path]:
     mtimes: dict[str, float] = {}  # the regular files (no symlink, no directory) of ropekit's names
     with os.scandir(folder) as it:
         for entry in it:
-            if not (_BUILD.fullmatch(entry.name) or _TEMP.fullmatch(entry.name)):
+            if not any(p.fullmatch(entry.name) for p in (_BUILD, _TEMP, _LEGACY_TEMP)):
                 continue
             try:
                 st = entry.stat(follow_symlinks=False)
@@ -127,6 +139,8 @@ def _remove(folder: Path, keep: Path, now: float) -> list[Path]:
             return False
         if _TEMP.fullmatch(name):
             return now - mtimes[name] > ORPHAN_AFTER_S
+        if _LEGACY_TEMP.fullmatch(name):
+            return now - mtimes[name] > ORPHAN_AFTER_S and _legacy_is_ours(folder / name)
         if name.endswith(".json") and os.path.lexists(folder / f"{name[: -len('.json')]}.so"):
             return False  # a library's metadata goes with it
         return now - mtimes[name] > STALE_AFTER_S
@@ -140,3 +154,19 @@ def _remove(folder: Path, keep: Path, now: float) -> list[Path]:
                 continue
             removed.append(folder / name)
     return removed
+
+
+def _legacy_is_ours(path: Path) -> bool:
+    """Whether the regular file ``path`` of an older ropekit's temporary name (``tmp<8 characters>.so`` / ``.json``)
+    is ropekit's: a kernel build (a library with ropekit's ABI symbol, whole or as far as a killed compiler wrote
+    it) or a build's metadata (whole or partly written). Not read through a symlink; an unreadable, empty or large
+    file is not ropekit's."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as f:
+            if path.suffix == ".json":
+                return f.read(len(_META_MARK)) == _META_MARK
+            data = f.read(_LEGACY_MAX_BYTES + 1)
+    except OSError:
+        return False
+    return len(data) <= _LEGACY_MAX_BYTES and _LIB_MARK in data

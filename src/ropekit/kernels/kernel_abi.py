@@ -71,6 +71,9 @@ def _setup(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.ropekit_check_offsets.restype = ctypes.c_int
     lib.ropekit_axis_gather.argtypes = [P, I, I, P, I, I, P, P, ctypes.c_int]
     lib.ropekit_axis_gather.restype = ctypes.c_int64
+    C, D = ctypes.c_int, ctypes.c_double  # float positions' tables (rope_phase.h)
+    lib.ropekit_phase_tables.argtypes = [P, C, I, P, I, D, P, P, C, C]
+    lib.ropekit_phase_tables.restype = ctypes.c_int64
     return lib
 
 

@@ -725,6 +725,7 @@ ROPE_PLAN_GATHER(ropekit_plan_gather_bf16, bf16, ropekit_rope_bf16)
 ROPE_PLAN_GATHER(ropekit_plan_gather_f16, f16, ropekit_rope_f16)
 
 #include "rope_cache_write.h"
+#include "rope_phase.h"
 
 // Multi-axis tables from the exact 1-D cache rows (ropekit/axis_tables.py): band j of token t is read at the
 // position of its own axis, out[k][t][j] = rows[pos[slots[j]][t]][k][j] for k = 0 (cos), 1 (sin).
@@ -783,4 +784,4 @@ int64_t ropekit_axis_gather(const f32 *R rows, int64_t L, int64_t n, const int64
     return hi;
 }
 
-int ropekit_abi_version(void) { return 8; }
+int ropekit_abi_version(void) { return 9; }

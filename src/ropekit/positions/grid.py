@@ -9,7 +9,7 @@
 - :func:`with_prefix`: class / register tokens that are not rotated (position 0 on every axis: cos 1, sin 0);
 - :func:`pixtral_patch_ids` / :func:`pixtral_positions_from_ids`: Pixtral's ``row * max_width + col`` ids.
 
-Shapes: A axes (2 or 3), N = number of patches; results are [A, N].
+Shapes: A axes (2 or 3), N = number of patches, b batch; results are [A, N] (``with_prefix``: also [A, b, N]).
 """
 
 from __future__ import annotations
@@ -216,23 +216,26 @@ def with_prefix(
     """Add ``n_prefix`` unrotated tokens (class, registers): position 0 on every axis, i.e. the identity.
 
     Args:
-        positions: [A, N] patch positions. For an identity at 0 the patches must not also sit at all-zero unless
-            that is intended (0-based integer grids put patch (0, 0) there: RoPE-ViT does the same).
+        positions: [A, N] patch positions shared by the batch, or [A, b, N] per sequence (the multi-axis shapes
+            :func:`ropekit.apply_rope_axes` takes; e.g. :func:`ropekit.positions.batch_grid_positions`). For an
+            identity at 0 the patches must not also sit at all-zero unless that is intended (0-based integer grids
+            put patch (0, 0) there: RoPE-ViT does the same).
         n_prefix: number of extra tokens (>= 0).
         where: "first" (ViT, DINOv3) or "last" (Llama 4 vision appends its class token).
 
     Returns:
-        [A, N + n_prefix] of the positions' dtype.
+        [A, N + n_prefix] or [A, b, N + n_prefix] of the positions' dtype (and device).
     """
-    if not isinstance(positions, torch.Tensor) or positions.dim() != 2:
+    if not isinstance(positions, torch.Tensor) or positions.dim() not in (2, 3):
         raise ValueError(
-            f"positions must be an [axes, tokens] tensor, got {getattr(positions, 'shape', positions)!r}"
+            "positions must be an [axes, tokens] or [axes, batch, tokens] tensor, got "
+            f"{getattr(positions, 'shape', positions)!r}"
         )
     n_prefix = whole(n_prefix, 0, f"n_prefix must be a non-negative int, got {n_prefix!r}")
     if where not in ("first", "last"):
         raise ValueError(f"where must be 'first' or 'last', got {where!r}")
-    zeros = positions.new_zeros(positions.shape[0], n_prefix)
-    return torch.cat([zeros, positions] if where == "first" else [positions, zeros], dim=1)
+    zeros = positions.new_zeros(*positions.shape[:-1], n_prefix)
+    return torch.cat([zeros, positions] if where == "first" else [positions, zeros], dim=-1)
 
 
 def pixtral_patch_ids(height: int, width: int, max_width: int) -> torch.Tensor:

@@ -16,7 +16,10 @@ sliding window (those layers are judged at the window) and layer count.
 
 The context: ``context=`` (``--context``), else the config's ``max_position_embeddings``, else transformers' default
 for the model's family (:data:`~ropekit.analysis.config_context.DEFAULT_CONTEXTS`, stated on the page), else the
-source is refused naming the key. A config whose ``max_position_embeddings`` is not a positive int is refused.
+source is refused naming the key. A config whose ``max_position_embeddings`` is not a positive int is refused. A
+YaRN config whose own context (not ``context=``) equals its ``original_max_position_embeddings`` (Qwen's model
+cards: 32768, factor 4) is reported at L0 x factor, as ``ropekit inspect`` judges it
+(:func:`~ropekit.analysis.config_context.yarn_extended_context`; :attr:`Source.context_note` says so).
 
 Multi-axis specs: :class:`Source` carries, for vision presets, each axis's extent (the preset's patch grid, as
 ``ropekit inspect`` uses); other multi-axis specs are judged at :func:`ropekit.analysis.axes.default_extents` of
@@ -32,7 +35,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ropekit.analysis.config_context import config_context, config_text, declared_context, text_part
+from ropekit.analysis.config_context import (
+    config_context,
+    config_text,
+    declared_context,
+    text_part,
+    yarn_extended_context,
+)
 from ropekit.analysis.layers import LayerView, layer_views
 from ropekit.analysis.softmax_scale import logit_scale
 from ropekit.analysis.weights import WeightAnalysis
@@ -62,7 +71,8 @@ class Source:
     layers: dict[str, int] = field(default_factory=dict)
     # label -> factor the attention applies to the logits outside the rotation (MLA's softmax scale), where not 1
     logit_scales: dict[str, float] = field(default_factory=dict)
-    # how the context was chosen when the configuration does not state it (a family default), else None
+    # how the context was chosen when the configuration does not state it (a family default) or states a YaRN
+    # config's original length (extended by its factor), else None
     context_note: str | None = None
     # why a model folder's weights were not analysed although it holds some (only pickle files), else None
     weights_note: str | None = None
@@ -120,16 +130,21 @@ def _config_views(
         declared_context(cfg)  # a bad max_position_embeddings is refused even with --context
     except ValueError as e:
         raise ValueError(f"SOURCE {str(path)!r}: {e}") from None
-    note = None
-    if context is None:
-        try:
-            context, note = config_context(cfg)
-        except ValueError as e:
-            _views(cfg, 1, path)  # a RoPE it cannot read is refused first, as with a context
-            raise ValueError(
-                f"SOURCE {str(path)!r}: {e}; pass --context N to report it at a length you choose"
-            ) from None
-    return _views(cfg, context, path), context, cfg, note
+    if context is not None:  # the user's length: never extended
+        return _views(cfg, context, path), context, cfg, None
+    try:
+        context, note = config_context(cfg)
+    except ValueError as e:
+        _views(cfg, 1, path)  # a RoPE it cannot read is refused first, as with a context
+        raise ValueError(
+            f"SOURCE {str(path)!r}: {e}; pass --context N to report it at a length you choose"
+        ) from None
+    views = _views(cfg, context, path)
+    extended = yarn_extended_context(views, context)  # a YaRN config stating its L0: L0 x factor, as inspect
+    if extended is not None:
+        views, context, yarn_note = extended
+        note = "; ".join(filter(None, [note, yarn_note]))
+    return views, context, cfg, note
 
 
 def _views(cfg: dict[str, Any], context: int, path: Path) -> list[LayerView]:

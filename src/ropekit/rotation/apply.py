@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from ropekit.phases import INT_DTYPES, _rope_tables
-from ropekit.rotation import fastpath
+from ropekit.rotation import fastpath, ops
 from ropekit.rotation.apply_checks import FORMATS, Format, _batch_seq, _validate, shape_in
 from ropekit.rotation.autograd import transforms_active
 from ropekit.rotation.dispatch import (
@@ -77,12 +77,17 @@ def _rotate_pair(
         if fused is not None:
             return fused
 
-    def rotate_one(x: torch.Tensor) -> torch.Tensor:
-        tdt = torch.float64 if x.dtype == torch.float64 else torch.float32
-        c, s = _broadcast_table(cos.to(tdt), fmt), _broadcast_table(sin.to(tdt), fmt)
-        if compiling:  # registered custom ops: no graph break under torch.compile
-            from ropekit.rotation import ops
+    tabs: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor]] = {}  # q's and k's, made once when they agree
 
+    def tables_for(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        tdt = torch.float64 if x.dtype == torch.float64 else torch.float32
+        if tdt not in tabs:
+            tabs[tdt] = _broadcast_table(cos.to(tdt), fmt), _broadcast_table(sin.to(tdt), fmt)
+        return tabs[tdt]
+
+    def rotate_one(x: torch.Tensor) -> torch.Tensor:
+        c, s = tables_for(x)
+        if compiling:  # registered ops (ropekit.rotation.ops): no graph break under torch.compile
             # the backend goes with the op (and its backward): backend= is honoured when compiled
             il = layout == "interleaved"
             tables_grad = c.requires_grad or s.requires_grad  # learnable tables: the op saves x for them
@@ -91,8 +96,7 @@ def _rotate_pair(
                 return x
             if inplace:  # the differentiable op, written back (on a copy of x when the op saves it)
                 return x.copy_(ops.rotate_op(x.clone() if tables_grad else x, c, s, r, il, 1, backend))
-            out: torch.Tensor = ops.rotate_op(x, c, s, r, il, 1, backend)  # a CustomOpDef: typed Any
-            return out
+            return ops.rotate_op(x, c, s, r, il, 1, backend)
         fn = _pick_backend(backend, x)
         return fn(x, c, s, rotary_dim=r, layout=layout, inplace=inplace)
 
@@ -167,6 +171,12 @@ def apply_rope(
         from ropekit.axis_tables import apply_rope_axes
 
         return apply_rope_axes(q, k, positions, spec, format=format, inplace=inplace, backend=backend)
+    if isinstance(positions, torch.Tensor) and positions.requires_grad:  # learned / continuous positions
+        from ropekit.positions_grad import apply_rope_position_grad
+
+        return apply_rope_position_grad(
+            q, k, positions, spec, format=format, inplace=inplace, backend=backend
+        )
     compiling = torch.compiler.is_compiling()
     # the stored plans call kernels on raw pointers: never traced, never for dual tensors or under torch.func
     fast = not (compiling or transforms_active())
@@ -190,6 +200,11 @@ def apply_rope(
     need64 = q.dtype == torch.float64 or (k is not None and k.dtype == torch.float64)
     cos, sin = _one_d_tables(positions, spec, format, need64, q.device)
     tkey = fastpath.key(q, k, cos, sin, spec, format, inplace, backend) if fast else None
+    # float positions (validated above, tables computed): the plan stored for this geometry, if any
+    stored = fastpath.lookup(tkey, spec)
+    if stored is not None:
+        planned = stored(q, k, cos, sin)
+        return planned
     out = _rotate_pair(q, k, cos, sin, spec, format, inplace, backend, tkey)
     plan = fastpath.lookup(tkey, spec)
     if plan is not None:

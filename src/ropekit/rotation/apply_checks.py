@@ -23,7 +23,7 @@ from ropekit.rotation.dispatch import BACKENDS, _check_backend, _check_backend_i
 from ropekit.rotation.overlap import internal_overlap
 from ropekit.spec import RopeSpec
 
-__all__ = ["FORMATS", "Format", "shape_in"]
+__all__ = ["FORMATS", "Format", "shape_hint", "shape_in"]
 
 Format = Literal["bshd", "bhsd", "thd"]
 FORMATS: tuple[str, ...] = ("bshd", "bhsd", "thd")
@@ -166,7 +166,49 @@ def _check_positions_shape(positions: torch.Tensor, q: torch.Tensor, fmt: str) -
         want = f"({s},)" if fmt == "thd" else f"({s},) or ({b}, {s})"
         raise ValueError(
             f"positions must have shape {want} for q of shape {tuple(q.shape)}, got {tuple(positions.shape)}"
+            + shape_hint(tuple(positions.shape), q, None, fmt)
         )
+
+
+def _shape_of(positions: object) -> tuple[int | torch.SymInt, ...] | None:
+    """The shape of a positions argument for :func:`shape_hint` (None: not a tensor, not checked yet)."""
+    return tuple(positions.shape) if isinstance(positions, torch.Tensor) else None
+
+
+def shape_hint(
+    positions: tuple[int | torch.SymInt, ...] | None,
+    q: torch.Tensor,
+    k: torch.Tensor | None,
+    fmt: str,
+    n_lead: int = 0,
+) -> str:
+    """The fix for a refused shape, where exactly one explanation fits (else ""): positions given as [s, b]
+    (``positions.T``; for multi-axis positions [A, s, b], ``positions.transpose(1, 2)``), or q (and k) in the other
+    4-D format (``format='bhsd'`` / ``format='bshd'``: every shape then agrees). ``positions`` is the shape of the
+    positions argument (None: not given), ``n_lead`` the leading axes dimensions it has (1 for multi-axis)."""
+    if fmt not in ("bshd", "bhsd"):
+        return ""
+    lead = tuple(positions[:n_lead]) if positions is not None else ()
+
+    def fits(pshape: tuple[int | torch.SymInt, ...] | None, f: str) -> bool:
+        b, s = _batch_seq(q, f)
+        if k is not None and (k.dim() != 4 or _batch_seq(k, f) != (b, s)):
+            return False
+        return pshape is None or pshape in (lead + (s,), lead + (1, s), lead + (b, s))
+
+    other = "bhsd" if fmt == "bshd" else "bshd"
+    swapped = None
+    if positions is not None and len(positions) == n_lead + 2:
+        swapped = lead + (positions[-1], positions[-2])
+    transposed = swapped is not None and positions != swapped and fits(swapped, fmt)
+    reformatted = fits(positions, other)
+    if transposed and not reformatted:
+        fix = "positions.T" if n_lead == 0 else "positions.transpose(1, 2)"
+        return f" (positions look transposed, [seq, batch] instead of [batch, seq]: pass {fix})"
+    if reformatted and not transposed:
+        layout = "[b, h, s, d]" if other == "bhsd" else "[b, s, h, d]"
+        return f" (q looks like {other} {layout}: pass format={other!r})"
+    return ""
 
 
 def _validate(
@@ -202,6 +244,7 @@ def _validate(
             raise ValueError(
                 f"k must match q in batch and sequence length and device: q has (batch={b}, seq={s}) on {q.device}, "
                 f"k has (batch={kb}, seq={ks}) on {k.device}"
+                + (shape_hint(_shape_of(positions), q, k, fmt) if k.device == q.device else "")
             )
     _check_backend_inputs(backend, q, k)
     if positions is not None:

@@ -27,7 +27,7 @@ from typing import Any, cast
 import torch
 import torch.autograd.forward_ad as _fwad
 
-__all__ = ["RawKernel", "make_rotate", "table_grads", "transformed", "transforms_active"]
+__all__ = ["RawKernel", "make_rotate", "rotation_backward", "table_grads", "transformed", "transforms_active"]
 
 RawKernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int, str, bool, int], torch.Tensor]
 
@@ -83,6 +83,26 @@ def table_grads(
     return gcos.sum_to_size(cos.shape).to(cos.dtype), gsin.sum_to_size(sin.shape).to(sin.dtype)
 
 
+def rotation_backward(
+    ctx: Any,
+    grad: torch.Tensor,
+    layout: str,
+    rotate_back: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
+) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, None, None, None, None]:
+    """The backward of a rotation recorded with ``ctx.save_for_backward(cos, sin, x or None)``, ``ctx.r`` and
+    ``ctx.sign`` (inputs x, cos, sin, then four non-tensors): x's gradient is ``rotate_back(grad, cos, sin)``, the
+    rotation by the opposite angle (R(phi)^T = R(-phi)); the tables' is :func:`table_grads` when x was saved."""
+    cos, sin, x = ctx.saved_tensors
+    gx = gcos = gsin = None
+    if ctx.needs_input_grad[0]:
+        gx = rotate_back(grad.contiguous(), cos, sin)
+    if x is not None:
+        gcos, gsin = table_grads(x, grad, cos, sin, ctx.r, layout, ctx.sign)
+        gcos = gcos if ctx.needs_input_grad[1] else None
+        gsin = gsin if ctx.needs_input_grad[2] else None
+    return gx, gcos, gsin, None, None, None, None
+
+
 def _differentiable(
     x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, r: int, layout: str, inplace: bool, sign: int
 ) -> torch.Tensor:
@@ -132,16 +152,9 @@ def make_rotate(raw: RawKernel, name: str) -> Callable[..., torch.Tensor]:
         def backward(
             ctx: Any, grad: torch.Tensor
         ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, None, None, None, None]:
-            cos, sin, x = ctx.saved_tensors
-            gx = gcos = gsin = None
-            if ctx.needs_input_grad[0]:
-                # d/dx [R(phi) x] applied to grad is R(phi)^T grad = R(-phi) grad.
-                gx = apply(grad.contiguous(), cos, sin, ctx.r, ctx.layout, False, -ctx.sign)
-            if x is not None:
-                gcos, gsin = table_grads(x, grad, cos, sin, ctx.r, ctx.layout, ctx.sign)
-                gcos = gcos if ctx.needs_input_grad[1] else None
-                gsin = gsin if ctx.needs_input_grad[2] else None
-            return gx, gcos, gsin, None, None, None, None
+            return rotation_backward(
+                ctx, grad, ctx.layout, lambda g, c, s: apply(g, c, s, ctx.r, ctx.layout, False, -ctx.sign)
+            )
 
     # torch.autograd.Function.apply is an untyped classmethod in torch's stubs; this is its real signature here.
     apply = cast(Callable[..., torch.Tensor], _Rotate.apply)

@@ -226,7 +226,14 @@ class Plan:
     __slots__ = ("args", "axes_fn", "dtype", "fn", "gather_fn", "grain", "inplace", "two", "work")
 
     def __init__(
-        self, q: torch.Tensor, k: torch.Tensor | None, cos: torch.Tensor, r: int, layout: str, inplace: bool
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor | None,
+        cos: torch.Tensor,
+        r: int,
+        layout: str,
+        inplace: bool,
+        sign: int = 1,
     ) -> None:
         lib = cpu_build.load()
         self.fn = getattr(lib, _PLAN_FN[q.dtype])
@@ -239,7 +246,7 @@ class Plan:
             q.shape[-1],
             r,
             int(layout == "interleaved"),
-            1,
+            -1 if sign < 0 else 1,
             threads_for(self.work, q.dtype),
         ]
         for x in (q, k) if k is not None else (q,):

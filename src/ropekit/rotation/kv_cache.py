@@ -28,7 +28,6 @@ import torch
 
 from ropekit.phases import INT_DTYPES, check_positions, rope_tables
 from ropekit.rotation import torch_backend
-from ropekit.rotation.autograd import transforms_active
 from ropekit.rotation.kv_cache_checks import (
     _broadcasts,
     _check_fmt,
@@ -150,11 +149,7 @@ def rope_cache_write(
         (forward-mode AD) and under a torch.func transform: the write is inference-only.
     """
     spec = require_spec(spec)
-    # forward-AD level open or torch.func running: refuse what the write cannot follow
-    if transforms_active():
-        _check_untransformed(
-            "rope_cache_write", "offsets", k, v, cache_k, cache_v, offsets, q, positions, tables
-        )
+    _check_untransformed("rope_cache_write", "offsets", k, v, cache_k, cache_v, offsets, q, positions, tables)
     plan_args = plan_key(
         f"{format}/{cache_format}", k, v, cache_k, cache_v, offsets, q, positions, tables, spec
     )
@@ -243,11 +238,9 @@ def rope_paged_cache_write(
         (forward-mode AD) and under a torch.func transform: the write is inference-only.
     """
     spec = require_spec(spec)
-    # forward-AD level open or torch.func running: refuse what the write cannot follow
-    if transforms_active():
-        _check_untransformed(
-            "rope_paged_cache_write", "slots", k, v, cache_k, cache_v, slots, q, positions, tables
-        )
+    _check_untransformed(
+        "rope_paged_cache_write", "slots", k, v, cache_k, cache_v, slots, q, positions, tables
+    )
     plan_args = plan_key("paged", k, v, cache_k, cache_v, slots, q, positions, tables, spec)
     if plan_args is not None and fast_write(plan_args):
         return q

@@ -19,6 +19,7 @@ import torch.autograd.forward_ad as _fwad
 from ropekit.integers import INT64_SPAN, as_int, shown
 from ropekit.kernels import cpu_build
 from ropekit.phases import INT_DTYPES
+from ropekit.rotation.autograd import transforms_active
 from ropekit.rotation.overlap import internal_overlap
 
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
@@ -40,10 +41,14 @@ def _tensor(name: str, x: object, dims: int, what: str) -> torch.Tensor:
 
 
 def _check_untransformed(fn: str, index_name: str, *args: object) -> None:
-    """Refuse dual tensors (forward-mode AD) and torch.func transforms: the write is inference-only, its kernel and
-    index writes cannot carry a tangent into the cache (it would be dropped silently) and functorch's wrapped
-    tensors have no memory to write. ``args``: k, v, cache_k, cache_v, the index, q, positions, tables. Called
-    only while :func:`ropekit.rotation.autograd.transforms_active` (the eager fast path never pays for it)."""
+    """The transforms check of both cache writes (``fn``, whose index argument is ``index_name``): refuse dual
+    tensors (forward-mode AD) and torch.func transforms, as the write is inference-only: its kernel and index
+    writes cannot carry a tangent into the cache (it would be dropped silently) and functorch's wrapped tensors
+    have no memory to write. ``args``: k, v, cache_k, cache_v, the index, q, positions, tables. Nothing is checked
+    unless :func:`ropekit.rotation.autograd.transforms_active` (a forward-AD level is open or torch.func is
+    running): the eager fast path pays that cheap gate only."""
+    if not transforms_active():
+        return
     *front, tables = args
     tabs = tables if isinstance(tables, tuple) else (tables,)
     tnames = ("tables[0] (cos)", "tables[1] (sin)") if isinstance(tables, tuple) else ("tables",)

@@ -194,16 +194,11 @@ def test_a_folder_with_only_a_config_gets_no_weights_note(
     assert resolve(str(tmp_path), weights=False).weights_note is None  # no weights asked for
 
 
-@pytest.mark.parametrize("where", ["file", "folder"])
 def test_a_binary_source_names_the_argument_the_file_and_what_was_expected(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], binary_source: tuple[Path, Path]
 ) -> None:
     """Trial finding: a non-UTF-8 SOURCE gave a bare "'utf-8' codec can't decode byte 0x80"."""
-    if where == "file":
-        source = bad = tmp_path / "p.json"
-    else:
-        source, bad = tmp_path, tmp_path / "config.json"
-    bad.write_bytes(b"\x80\x04\x95\x00\x00")
+    source, bad = binary_source
     err = _report_error([str(source), "--out", str(tmp_path / "r")], capsys)
     assert (
         f"SOURCE '{bad}' is not a UTF-8 text file, so not a config.json (invalid start byte at byte 0)" in err

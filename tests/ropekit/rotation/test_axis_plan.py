@@ -18,9 +18,10 @@ import torch
 
 from ropekit import RopeSpec, apply_rope_tables
 from ropekit.axes import AxisMap
-from ropekit.axis_tables import apply_rope_axes, axis_tables
+from ropekit.axis_tables import _one_axis, apply_rope_axes, axis_tables
 from ropekit.kernels import cpu_build
 from ropekit.rotation import axis_plan, cpu_backend
+from ropekit.table_cache import shared_cache
 
 pytestmark = pytest.mark.skipif(cpu_build.load() is None, reason="needs the C kernel (a C compiler)")
 
@@ -30,7 +31,11 @@ MAPS = {
     "explicit 4 axes": AxisMap("explicit", (3, 0, 1, 2, 2, 1, 0, 3), ("a", "b", "c", "d")),
     "2-d": AxisMap.halves(8, ("row", "col")),
 }
-SHAPES = {"bshd": lambda b, s, h: (b, s, h, 16), "bhsd": lambda b, s, h: (b, h, s, 16), "thd": lambda b, s, h: (s, h, 16)}
+SHAPES = {
+    "bshd": lambda b, s, h: (b, s, h, 16),
+    "bhsd": lambda b, s, h: (b, h, s, 16),
+    "thd": lambda b, s, h: (s, h, 16),
+}
 
 
 @pytest.fixture
@@ -101,6 +106,8 @@ def test_planned_call_matches_float64_rotation_by_angles(layout: str, codes: lis
     spec = RopeSpec(head_dim=16, base=1e4, axes=m, layout=layout)
     pos = _positions(3, 1, 64, "bshd", start=90_000)[:, 0]  # [A, s], large positions: exact phases matter
     q = torch.randn(1, 64, 2, 16)
+    # the shared rows cover 90000+ (one far call alone no longer builds every row below it: a window serves it)
+    shared_cache(_one_axis(spec), torch.device("cpu")).grow(1 << 17)  # type: ignore[union-attr]
     apply_rope_axes(q, None, pos, spec)  # stores the plan
     got, _ = apply_rope_axes(q, None, pos, spec)
     assert codes == ["ok"]
@@ -109,7 +116,11 @@ def test_planned_call_matches_float64_rotation_by_angles(layout: str, codes: lis
         [[pos[m.slots[j], t].item() * theta[j] for j in range(8)] for t in range(64)], dtype=torch.float64
     )
     x = q.double()
-    i1, i2 = (list(range(8)), list(range(8, 16))) if layout == "half" else (list(range(0, 16, 2)), list(range(1, 16, 2)))
+    i1, i2 = (
+        (list(range(8)), list(range(8, 16)))
+        if layout == "half"
+        else (list(range(0, 16, 2)), list(range(1, 16, 2)))
+    )
     c, s = torch.cos(ang)[None, :, None], torch.sin(ang)[None, :, None]
     want = x.clone()
     want[..., i1] = x[..., i1] * c - x[..., i2] * s
@@ -117,7 +128,9 @@ def test_planned_call_matches_float64_rotation_by_angles(layout: str, codes: lis
     torch.testing.assert_close(got.double(), want, atol=3e-6, rtol=0)
 
 
-@pytest.mark.parametrize("tokens", [20, 700])  # 20 x 16 floats of rows on the kernel's stack; 700 x 16 a scratch
+@pytest.mark.parametrize(
+    "tokens", [20, 700]
+)  # 20 x 16 floats of rows on the kernel's stack; 700 x 16 a scratch
 def test_stack_and_scratch_rows(tokens: int, codes: list[object]) -> None:
     spec = RopeSpec(head_dim=16, base=1e4, axes=MAPS["2-d"])
     assert (tokens * 16 <= axis_plan.STACK_FLOATS) == (tokens == 20)
@@ -128,16 +141,22 @@ def test_stack_and_scratch_rows(tokens: int, codes: list[object]) -> None:
     assert codes == ["ok"]
 
 
-def test_positions_past_the_cache_grow_it_and_negative_ones_take_the_exact_path(codes: list[object]) -> None:
+def test_positions_just_past_the_cache_grow_it_far_and_negative_ones_take_the_exact_path(
+    codes: list[object],
+) -> None:
     spec = RopeSpec(head_dim=16, base=1e4, axes=MAPS["contiguous"])
     q = torch.randn(1, 30, 2, 16)
     pos = _positions(3, 1, 30, "bshd")
     apply_rope_axes(q, None, pos, spec)
-    far = pos + 50_000  # past the shared cache's first 4096 rows: it grows, then the kernel reads
+    near = (
+        pos + 5_000
+    )  # past the shared cache's first 4096 rows: it grows (by doubling), then the kernel reads
+    assert _same(apply_rope_axes(q, None, near, spec), _tables_path(q, None, near, spec, "bshd"))
+    far = pos + 50_000  # far past them: not grown for 30 tokens, the exact tables path (a window of far rows)
     assert _same(apply_rope_axes(q, None, far, spec), _tables_path(q, None, far, spec, "bshd"))
     neg = pos - 60  # negative positions: nothing written by the kernel, the exact tables instead
     assert _same(apply_rope_axes(q, None, neg, spec), _tables_path(q, None, neg, spec, "bshd"))
-    assert codes[0] > 50_000 and codes[1:] == ["ok", -1]  # type: ignore[operator]
+    assert codes[0] > 5_000 and codes[1] == "ok" and codes[2] > 50_000 and codes[3:] == [-1]  # type: ignore[operator]
 
 
 def test_kernel_limits_fall_back_exactly(codes: list[object]) -> None:

@@ -142,7 +142,14 @@ def test_compiled_calls_honour_the_backend(monkeypatch: pytest.MonkeyPatch, inpl
         ran.append("torch")
         return orig_torch(*a, **kw)
 
+    orig_plan_run = cpu_backend.Plan.run
+
+    def spy_plan(*a: Any, **kw: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+        ran.append("cpu")  # the compiled ops' prepared kernel call (ropekit.rotation.ops._cpu_call)
+        return orig_plan_run(*a, **kw)
+
     monkeypatch.setattr(cpu_backend, "raw_rotate", spy_cpu)
+    monkeypatch.setattr(cpu_backend.Plan, "run", spy_plan)
     monkeypatch.setattr(torch_backend, "raw_rotate", spy_torch)
     q0, k0 = torch.randn(2, 3, 4, 32), torch.randn(2, 3, 2, 32)
     g = torch.randn(2, 3, 4, 32)
