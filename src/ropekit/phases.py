@@ -229,7 +229,7 @@ def _kernel_tables(
     pos: torch.Tensor, consts: torch.Tensor, factor: float, dtype: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The tables of float positions [*P] on the CPU from ropekit's C kernel (``kernels/rope_phase.h``: the same
-    exact reduction, bit for bit, and cos/sin within 1 ulp), or None where the PyTorch path must run: integer
+    exact reduction, bit for bit, and cos/sin within ~1.3e-16), or None where the PyTorch path must run: integer
     positions (their rows are the shared cache's, kept bit-identical to this module's PyTorch path), traced calls,
     tensors a kernel cannot read through a pointer (torch.func and forward-AD wrappers, subclasses such as fake
     tensors, a dispatch mode recording the ops), or no kernel (no compiler, ``ROPEKIT_DISABLE_CPU_KERNEL=1``)."""

@@ -56,3 +56,21 @@ def test_gradcheck_and_tables() -> None:
     assert p.grad is not None
     torch.testing.assert_close(p.grad, want, atol=1e-6, rtol=1e-6)
     assert torch.func.grad(lambda p: apply_rope(q, None, p, spec)[0].sum())(p.detach()).shape == (4,)
+
+
+def test_position_gradient_under_torch_compile() -> None:
+    """fullgraph compile (aot_eager: dynamo and AOTAutograd's joint graph) gives the float64 formula's gradient."""
+    spec = RopeSpec(head_dim=8, base=100.0)
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(2, 5, 3, 8, dtype=torch.float64, generator=g)
+    p = (torch.rand(2, 5, dtype=torch.float64, generator=g) * 40).requires_grad_(True)
+    ref_p = p.detach().clone().requires_grad_(True)
+
+    def loss(q: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+        return apply_rope(q, None, p, spec)[0].square().mul(torch.arange(8.0, dtype=torch.float64)).sum()
+
+    torch._dynamo.reset()
+    (got,) = torch.autograd.grad(torch.compile(loss, fullgraph=True, backend="aot_eager")(q, p), p)
+    ref = _formula(q, ref_p, 8, 100.0).square().mul(torch.arange(8.0, dtype=torch.float64)).sum()
+    (want,) = torch.autograd.grad(ref, ref_p)
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)

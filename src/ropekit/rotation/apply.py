@@ -200,16 +200,17 @@ def apply_rope(
     need64 = q.dtype == torch.float64 or (k is not None and k.dtype == torch.float64)
     cos, sin = _one_d_tables(positions, spec, format, need64, q.device)
     tkey = fastpath.key(q, k, cos, sin, spec, format, inplace, backend) if fast else None
-    # float positions (validated above, tables computed): the plan stored for this geometry, if any
-    stored = fastpath.lookup(tkey, spec)
-    if stored is not None:
-        planned = stored(q, k, cos, sin)
-        return planned
-    out = _rotate_pair(q, k, cos, sin, spec, format, inplace, backend, tkey)
+    # the plan stored for this geometry (validated above, tables computed), if any: float positions and the slow
+    # integer calls reuse it instead of building one per call
     plan = fastpath.lookup(tkey, spec)
     if plan is not None:
+        rotated: tuple[torch.Tensor, torch.Tensor | None] = plan(q, k, cos, sin)
+    else:
+        rotated = _rotate_pair(q, k, cos, sin, spec, format, inplace, backend, tkey)
+        plan = fastpath.lookup(tkey, spec)
+    if plan is not None:  # integer positions: the next such call reads the shared cache directly (apply_key)
         fastpath.apply_store(akey, spec, plan, cos)
-    return out
+    return rotated
 
 
 def apply_rope_tables(
