@@ -16,12 +16,11 @@ Shapes: the buffer [n] (n = spec.n_bands).
 from __future__ import annotations
 
 import warnings
-from typing import Any
 
 import torch
 from torch import nn
 
-from ropekit.hf.cast import _round_trip_dtype, buffer_state
+from ropekit.hf.cast import _round_trip_dtype, buffer_state, judged_buffer
 from ropekit.spec import RopeSpec
 
 __all__ = ["buffer_states", "edited_after_patch"]
@@ -46,29 +45,27 @@ def edited_after_patch(module: nn.Module, spec: RopeSpec, layer_type: str | None
         return False
     if at_patch.get(name) == buffer_state(buf):  # untouched since the patch
         return False
-    memo: dict[str | None, tuple[Any, bool]] = module.__dict__.setdefault(_EDIT_MEMO, {})
-    key = (*buffer_state(buf), spec)
-    hit = memo.get(layer_type)
-    if hit is not None and hit[0] == key:
-        return hit[1]
-    want = spec.frequencies().to(torch.float64).flatten()
-    got = buf.detach().to("cpu", torch.float64).flatten()
-    rel = float(((got - want).abs() / want.abs().clamp_min(1e-300)).max())
-    edited = rel > 1e-6 and _round_trip_dtype(got, want) is None
-    memo[layer_type] = (key, edited)
-    if edited:
-        warnings.warn(
-            f"{type(module).__name__}: its {name} buffer was changed after ropekit.hf.patch (up to {rel:.2g} "
-            "relative from its config's frequencies): the patched model now rotates with the buffer's frequencies, "
-            "as transformers does (the config's attention factor kept); to change the RoPE for good, change the "
-            "config and rebuild the model, or unpatch, edit and patch again",
-            UserWarning,
-            stacklevel=7,
-        )
-    return edited
+
+    def judge(got: torch.Tensor, want: torch.Tensor) -> bool:
+        rel = float(((got - want).abs() / want.abs().clamp_min(1e-300)).max())
+        edited = rel > 1e-6 and _round_trip_dtype(got, want) is None
+        if edited:  # warned once per buffer state: judged once per state
+            warnings.warn(
+                f"{type(module).__name__}: its {name} buffer was changed after ropekit.hf.patch (up to {rel:.2g} "
+                "relative from its config's frequencies): the patched model now rotates with the buffer's "
+                "frequencies, as transformers does (the config's attention factor kept); to change the RoPE for "
+                "good, change the config and rebuild the model, or unpatch, edit and patch again",
+                UserWarning,
+                stacklevel=9,
+            )
+        return edited
+
+    return judged_buffer(module, _EDIT_MEMO, layer_type, buf, spec, judge)
 
 
 def buffer_states(module: nn.Module) -> dict[str, tuple[int, int, torch.dtype]]:
     """The (storage, version, dtype) of each ``*inv_freq`` buffer: recorded by the patch, compared by
     :func:`edited_after_patch` (a buffer in the state it was patched in is never an edit)."""
-    return {n: buffer_state(b) for n, b in module._buffers.items() if n.endswith("inv_freq") and b is not None}
+    return {
+        n: buffer_state(b) for n, b in module._buffers.items() if n.endswith("inv_freq") and b is not None
+    }

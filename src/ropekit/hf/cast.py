@@ -25,13 +25,15 @@ import copy
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
 
 from ropekit.scaling.base import Scaling, check_number
 from ropekit.spec import RopeSpec
+
+_T = TypeVar("_T")
 
 __all__ = [
     "ROUNDED_DTYPES",
@@ -40,6 +42,7 @@ __all__ = [
     "buffer_spec",
     "buffer_state",
     "cast_dtype",
+    "judged_buffer",
     "reads_buffers",
     "round_trip_dtype",
     "warn_cast",
@@ -118,15 +121,33 @@ def round_trip_dtype(module: nn.Module, spec: RopeSpec, layer_type: str | None =
     buf = module._buffers.get(name)
     if buf is None or buf.dtype not in (torch.float32, torch.float64) or buf.numel() != spec.n_bands:
         return None
-    memo: dict[str | None, tuple[Any, torch.dtype | None]] = module.__dict__.setdefault(_TRIP_MEMO, {})
+
+    def judge(got: torch.Tensor, want: torch.Tensor) -> torch.dtype | None:
+        far = bool(((got - want).abs() > 1e-6 * want.abs()).any())
+        return _round_trip_dtype(got, want) if far else None
+
+    return judged_buffer(module, _TRIP_MEMO, layer_type, buf, spec, judge)
+
+
+def judged_buffer(
+    module: nn.Module,
+    memo_name: str,
+    layer_type: str | None,
+    buf: torch.Tensor,
+    spec: RopeSpec,
+    judge: Callable[[torch.Tensor, torch.Tensor], _T],
+) -> _T:
+    """``judge(got, want)`` of a frequency buffer's values against ``spec``'s frequencies (both float64 [n] on the
+    CPU), run once per buffer state (storage, version, dtype) and spec: the answer is memoised in the module's
+    ``memo_name`` dict under ``layer_type``."""
+    memo: dict[str | None, tuple[Any, _T]] = module.__dict__.setdefault(memo_name, {})
     key = (*buffer_state(buf), spec)
     hit = memo.get(layer_type)
     if hit is not None and hit[0] == key:
         return hit[1]
-    want = spec.frequencies().to(torch.float64).flatten()
-    got = buf.detach().to("cpu", torch.float64).flatten()
-    far = bool(((got - want).abs() > 1e-6 * want.abs()).any())
-    out = _round_trip_dtype(got, want) if far else None
+    out = judge(
+        buf.detach().to("cpu", torch.float64).flatten(), spec.frequencies().to(torch.float64).flatten()
+    )
     memo[layer_type] = (key, out)
     return out
 
